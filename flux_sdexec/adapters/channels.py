@@ -1,0 +1,179 @@
+"""The stdio socketpairs of one unit, pumped by flux fd watchers.
+
+``OutputChannel`` reads one output stream, splits it with ``linebuf.OutputBuffer``
+and hands each chunk to a sink (stream it to the client, or log and retain it
+for a background process). ``InputChannel`` writes stdin without ever blocking
+the reactor: what the socket does not take is queued until it is writable.
+"""
+
+import socket
+import syslog
+
+from flux.constants import FLUX_POLLIN, FLUX_POLLOUT
+
+from flux_sdexec.linebuf import OutputBuffer
+
+READ_MAX = 1 << 20  # most bytes taken from one socket per readable event
+
+
+def _socketpair():
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.setblocking(False)
+    return ours, theirs
+
+
+class OutputChannel:
+    """Our end of one output socketpair.
+
+    Args:
+        handle: the flux handle whose reactor runs the watcher.
+        stream: ``stdout`` or ``stderr``.
+        buffer: the OutputBuffer of the stream.
+        on_chunk: ``on_chunk(chunk, eof)`` for each chunk; ``chunk`` may be b"" with eof.
+        on_closed: ``on_closed(stream)`` once, after the last chunk.
+        log: the module's BrokerLogger.
+    """
+
+    def __init__(self, handle, stream, buffer, on_chunk, on_closed, log):
+        self.stream = stream
+        self.buffer = buffer
+        self._handle = handle
+        self._on_chunk = on_chunk
+        self._on_closed = on_closed
+        self._log = log
+        self.sock, self.remote = _socketpair()
+        self._watcher = None
+
+    def local_fd(self):
+        return self.sock.fileno() if self.sock else -1
+
+    def remote_fd(self):
+        return self.remote.fileno() if self.remote else -1
+
+    def release_remote(self):
+        """Close systemd's end in this process once systemd holds its own copy."""
+        if self.remote:
+            self.remote.close()
+            self.remote = None
+
+    def start(self):
+        """Start reading (after "started", so output never precedes it)."""
+        if self.sock and self._watcher is None:
+            self._watcher = self._handle.fd_watcher_create(
+                self.sock.fileno(), self._readable, events=FLUX_POLLIN
+            )
+            self._watcher.start()
+
+    def _readable(self, handle, watcher, fd, revents, args):
+        try:
+            data = self.sock.recv(min(self.buffer.free, READ_MAX) or 1)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._log.error(f"{self.stream}: error reading from {self.stream}: {exc.strerror}")
+            data = b""
+        if not data:
+            self._eof()
+            return
+        for chunk in self.buffer.feed(data):
+            self._on_chunk(chunk, False)
+
+    def _eof(self):
+        pending = self.buffer.eof()
+        if self.buffer.line_mode or not pending:
+            self._on_chunk(pending, True)
+        self.close()
+        self._on_closed(self.stream)
+
+    def close(self):
+        """Stop the watcher and close both ends; harmless to repeat."""
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher.destroy()
+            self._watcher = None
+        if self.sock:
+            self.sock.close()
+            self.sock = None
+        self.release_remote()
+
+    def stats(self):
+        """The channel as ``flux module stats sdexec`` shows it."""
+        return {
+            "local_fd": self.local_fd(),
+            "remote_fd": self.remote_fd(),
+            "buf_used": self.buffer.used,
+            "buf_free": self.buffer.free,
+            "eof": self.sock is None,
+        }
+
+
+class InputChannel:
+    """Our end of the stdin socketpair; queues what the socket cannot take yet."""
+
+    def __init__(self, handle, log, logname):
+        self._handle = handle
+        self._log = log
+        self._logname = logname
+        self.sock, self.remote = _socketpair()
+        self._queue = bytearray()
+        self._eof = False
+        self._watcher = None
+
+    def local_fd(self):
+        return self.sock.fileno() if self.sock else -1
+
+    def remote_fd(self):
+        return self.remote.fileno() if self.remote else -1
+
+    def release_remote(self):
+        if self.remote:
+            self.remote.close()
+            self.remote = None
+
+    def write(self, data, eof):
+        """Queue ``data`` (and EOF after it) for the process's stdin."""
+        if self.sock is None or self._eof:
+            self._log.error(f"sdexec.write: {self._logname}: stdin is closed")
+            return
+        self._queue += data
+        self._eof = eof
+        self._flush()
+
+    def _flush(self):
+        try:
+            while self._queue:
+                sent = self.sock.send(self._queue)
+                del self._queue[:sent]
+        except BlockingIOError:
+            self._want_writable(True)
+            return
+        except OSError as exc:
+            self._log(syslog.LOG_DEBUG, f"{self._logname}: stdin: {exc.strerror}")
+            self._queue.clear()
+            self._eof = True
+        self._want_writable(False)
+        if self._eof:
+            self.close()
+
+    def _want_writable(self, on):
+        if on and self._watcher is None:
+            self._watcher = self._handle.fd_watcher_create(
+                self.sock.fileno(), lambda *args: self._flush(), events=FLUX_POLLOUT
+            )
+            self._watcher.start()
+        elif not on and self._watcher is not None:
+            self._watcher.stop()
+            self._watcher.destroy()
+            self._watcher = None
+
+    def close(self):
+        """Close our end (the process sees EOF); harmless to repeat."""
+        if self.sock is not None:
+            self._want_writable(False)
+            self.sock.close()
+            self.sock = None
+        self.release_remote()
+
+    def stats(self):
+        return {"local_fd": self.local_fd(), "remote_fd": self.remote_fd()}
+

@@ -1,0 +1,421 @@
+"""The sdexec service on one flux handle: requests in, actions carried out.
+
+Owns the flux side (responses, fd and timer watchers, the bus watcher) and
+drives ``Proc`` state machines with what systemd and the channels report. Every
+entry point catches everything (an exception escaping a watcher callback would
+stop the module's reactor); this is the package's only broad ``except``.
+"""
+
+import errno
+import json
+import syslog
+
+from _flux._core import ffi, lib
+from flux.constants import FLUX_POLLIN
+
+from flux_sdexec import properties, protocol
+from flux_sdexec.adapters.channels import InputChannel, OutputChannel
+from flux_sdexec.adapters.systemd import SystemdBridge
+from flux_sdexec.errors import RequestError, UnitError
+from flux_sdexec.events import (
+    ArmTimer,
+    CancelTimer,
+    ClientGone,
+    KillUnit,
+    Log,
+    OutputClosed,
+    Reap,
+    ResetFailedUnit,
+    Respond,
+    RespondError,
+    StartOutput,
+    StopTimerExpired,
+    StopUnit,
+    UnitChanged,
+    Unloading,
+    WaitRequested,
+    WaiterGone,
+)
+from flux_sdexec.linebuf import OutputBuffer
+from flux_sdexec.proc import Proc
+from flux_sdexec.registry import Registry
+from flux_sdexec.states import ProcState
+
+REMOTE_TEXT = "Remote sdexec requests are not allowed on rank 0"
+
+
+def sender_of(msg):
+    """The uuid of the client that sent ``msg`` (RFC 6 route), or None."""
+    route = lib.flux_msg_route_first(msg.handle)
+    return ffi.string(route).decode() if route != ffi.NULL else None
+
+
+def matchtag_of(msg):
+    tag = ffi.new("uint32_t [1]")
+    lib.flux_msg_get_matchtag(msg.handle, tag)
+    return tag[0]
+
+
+def payload_of(msg, verb):
+    """The decoded JSON payload, or RequestError(EPROTO)."""
+    try:
+        return msg.payload
+    except (ValueError, TypeError):
+        raise RequestError(errno.EPROTO, f"malformed {verb} request") from None
+
+
+class Waiter:
+    """A parked ``sdexec.wait`` request."""
+
+    __slots__ = ("msg", "sender")
+
+    def __init__(self, msg):
+        self.msg = msg
+        self.sender = sender_of(msg)
+
+
+class Tracked:
+    """One exec: its Proc plus the flux and socket resources around it."""
+
+    def __init__(self, unit, proc, msg):
+        self.unit = unit
+        self.proc = proc
+        self.msg = msg
+        self.sender = sender_of(msg)
+        self.matchtag = matchtag_of(msg)
+        self.stdin = None
+        self.outputs = {}
+        self.timer = None
+
+    @property
+    def waiter_sender(self):
+        return self.proc.waiter.sender if self.proc.waiter is not None else None
+
+
+class SdexecService:
+    """All of sdexec's behaviour on one broker rank.
+
+    Args:
+        handle: the module's flux handle.
+        log: the module's BrokerLogger.
+        rank: this broker's rank.
+        local_uri: the broker's ``local-uri`` (FLUX_URI of every unit).
+        namer: a ``naming.UnitNamer``.
+        debug: ``[systemd] sdexec-debug``.
+    """
+
+    def __init__(self, handle, log, rank, local_uri, namer, debug=False):
+        self.h = handle
+        self.log = log
+        self.rank = rank
+        self.local_uri = local_uri
+        self.namer = namer
+        self.debug = debug
+        self.registry = Registry()
+        self.bridge = SystemdBridge(self._unit_changed)
+        self.bridge.open()
+        self._bus_watcher = None
+        self._watch_bus()
+        self._pumping = False
+
+    # ---- systemd side ----
+
+    def _watch_bus(self):
+        if self._bus_watcher is not None:
+            self._bus_watcher.stop()
+            self._bus_watcher.destroy()
+        self._bus_watcher = self.h.fd_watcher_create(
+            self.bridge.fileno(), lambda *args: self.pump(), events=FLUX_POLLIN
+        )
+        self._bus_watcher.start()
+
+    def pump(self):
+        """Hand systemd's queued signals to their processes (also after every call)."""
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            self.bridge.pump()
+        except UnitError as exc:
+            if exc.errno != errno.ECONNRESET:
+                raise
+            self._reconnect()
+        except Exception as exc:  # keep the reactor alive whatever a callback did
+            self.log.error(f"bus: {exc!r}")
+        finally:
+            self._pumping = False
+
+    def _reconnect(self):
+        self.log.error("lost connection to systemd, reconnecting")
+        self.bridge.reconnect()
+        self._watch_bus()
+        for t in self.registry:
+            if t.proc.state not in (ProcState.ZOMBIE, ProcState.DONE):
+                self._unit_changed(t.unit, self.bridge.get_unit_properties(t.unit))
+
+    def _unit_changed(self, unit, props):
+        t = self.registry.by_unit(unit)
+        if t is None:
+            return
+        if self.debug:
+            state = f"{props.get('ActiveState', '-')}.{props.get('SubState', '-')}"
+            self.log.debug(f"{unit}: {state} {json.dumps(props, default=str)[:200]}")
+        self._feed(t, UnitChanged(props))
+
+    # ---- the state machine ----
+
+    def _feed(self, t, event):
+        try:
+            actions = t.proc.handle(event)
+        except Exception as exc:
+            self.log.error(f"{t.unit}: {type(event).__name__}: {exc!r}")
+            return
+        for action in actions:
+            try:
+                self._apply(t, action)
+            except Exception as exc:
+                self.log.error(f"{t.unit}: {type(action).__name__}: {exc!r}")
+        if t.proc.state is ProcState.DONE:
+            self.registry.remove(t)
+
+    def _apply(self, t, a):
+        kind = type(a)
+        if kind is Respond:
+            self._respond(a.to.msg if a.to else t.msg, a.payload)
+        elif kind is RespondError:
+            self._respond_error(a.to.msg if a.to else t.msg, a.errnum, a.text)
+        elif kind is StartOutput:
+            for channel in t.outputs.values():
+                channel.start()
+        elif kind is StopUnit:
+            self._systemd(t, "stop", self.bridge.stop_unit, t.unit)
+        elif kind is ResetFailedUnit:
+            self._systemd(t, "reset-failed", self.bridge.reset_failed_unit, t.unit)
+        elif kind is KillUnit:
+            self._systemd(t, f"kill main (signal {a.signum})", self.bridge.kill_unit, t.unit, a.signum)
+        elif kind is ArmTimer:
+            self._arm_timer(t, a.seconds)
+        elif kind is CancelTimer:
+            if t.timer is not None:
+                t.timer.stop()
+        elif kind is Log:
+            self.log(a.level, a.text)
+        elif kind is Reap:
+            self._release(t)
+
+    def _systemd(self, t, what, call, *args):
+        if self.debug:
+            self.log.debug(f"{what} {t.unit}")
+        try:
+            call(*args)
+        except UnitError as exc:
+            self.log(syslog.LOG_DEBUG if t.proc.status.gone else syslog.LOG_ERR, f"{what} {t.unit}: {exc}")
+
+    def _arm_timer(self, t, seconds):
+        if t.timer is None:
+            t.timer = self.h.timer_watcher_create(
+                seconds, lambda *args: self._feed(t, StopTimerExpired()) or self.pump()
+            )
+        t.timer.reset(after=seconds)
+
+    def _release(self, t):
+        self.bridge.unwatch(t.unit)
+        if t.timer is not None:
+            t.timer.stop()
+            t.timer.destroy()
+            t.timer = None
+        for channel in (t.stdin, *t.outputs.values()):
+            if channel is not None:
+                channel.close()
+
+    # ---- responses ----
+
+    def _respond(self, msg, payload=None):
+        text = json.dumps(payload).encode() if payload is not None else ffi.NULL
+        if lib.flux_respond(self.h.handle, msg.handle, text) < 0:
+            self.log.error(f"error responding to {msg.topic}")
+
+    def _respond_error(self, msg, errnum, text=None):
+        ctext = text.encode() if text else ffi.NULL
+        if lib.flux_respond_error(self.h.handle, msg.handle, errnum, ctext) < 0:
+            self.log.error(f"error responding to {msg.topic}")
+
+    def serve(self, msg, verb, func, remote_ok=False):
+        """Run ``func(msg)`` for a request, turning any failure into one error response."""
+        try:
+            if not remote_ok and self.rank == 0 and not msg.rolemask & lib.FLUX_ROLE_LOCAL:
+                raise RequestError(errno.EPERM, REMOTE_TEXT)
+            func(msg)
+        except OSError as exc:
+            self._respond_error(msg, exc.errno or errno.EINVAL, exc.strerror or str(exc))
+        except Exception as exc:
+            self.log.error(f"{verb}: {exc!r}")
+            self._respond_error(msg, errno.EINVAL, f"{verb}: internal error: {exc}")
+        self.pump()
+
+    # ---- requests ----
+
+    def exec(self, msg):
+        """``sdexec.exec``: validate, name, start the unit; responses follow from signals."""
+        req = protocol.parse_exec(payload_of(msg, "exec"), lib.flux_msg_is_streaming(msg.handle))
+        if req.label and self.registry.has_label(req.label):
+            raise RequestError(errno.EEXIST, "command label is not unique")
+        unit = self.namer.name(req.label, req.opts.get("SDEXEC_NAME"))
+        if self.registry.by_unit(unit) is not None:
+            raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
+        proc = Proc(
+            unit,
+            req.cmdline,
+            label=req.label,
+            background=req.background,
+            waitable=req.waitable,
+            streams=req.streams,
+            stop_timer_sec=req.stop_timer_sec,
+            stop_signal=req.stop_signal,
+        )
+        t = Tracked(unit, proc, msg)
+        try:
+            self._open_channels(t, req)
+            environment = protocol.unit_environment(req.env, self.local_uri)
+            fds = {s: c.remote_fd() for s, c in t.outputs.items()}
+            if t.stdin is not None:
+                fds["stdin"] = t.stdin.remote_fd()
+            props = properties.start_properties(req.cmdline, req.cwd, environment, fds, req.opts)
+            self.registry.add(t)
+            self.bridge.watch(unit)
+            if self.debug:
+                self.log.debug(f"start {unit}")
+            self.bridge.start_transient_unit(unit, props)
+        except BaseException as exc:
+            self._release(t)
+            self.registry.remove(t)
+            if isinstance(exc, UnitError) and exc.errno == errno.EROFS:
+                raise UnitError(errno.EINVAL, exc.strerror) from None  # unknown property
+            raise
+        for channel in (t.stdin, *t.outputs.values()):
+            if channel is not None:
+                channel.release_remote()
+
+    def _open_channels(self, t, req):
+        if not req.background:
+            t.stdin = InputChannel(self.h, self.log, t.proc.logname)
+        for stream in req.streams:
+            t.outputs[stream] = OutputChannel(
+                self.h,
+                stream,
+                OutputBuffer(req.line_buffer[stream], req.bufsize[stream]),
+                self._output_sink(t, stream),
+                lambda s, t=t: self._feed(t, OutputClosed(s)),
+                self.log,
+            )
+
+    def _output_sink(self, t, stream):
+        """The per-chunk callback of one stream: the output hot path."""
+        proc, rank = t.proc, str(self.rank)
+        if not proc.background:
+            encoder = None
+
+            def stream_chunk(chunk, eof):
+                nonlocal encoder
+                if encoder is None:
+                    encoder = protocol.OutputEncoder(stream, rank, proc.pid)
+                text = encoder.data(chunk, eof) if chunk else encoder.eof()
+                lib.flux_respond(self.h.handle, t.msg.handle, text.encode())
+
+            return stream_chunk
+        level = syslog.LOG_INFO if stream == "stdout" else syslog.LOG_ERR
+
+        def log_chunk(chunk, eof):
+            if not chunk:
+                return
+            text = chunk.decode(errors="replace")
+            self.log(level, f"{proc.logname}[{proc.pid}]: {text[:-1] if text.endswith(chr(10)) else text}")
+            if proc.retained is not None:
+                proc.retained.add(protocol.io_object(stream, rank, chunk, eof), len(chunk))
+
+        return log_chunk
+
+    def write(self, msg):
+        """``sdexec.write``: stdin data for a foreground process; never answered."""
+        try:
+            if not lib.flux_msg_is_noresponse(msg.handle):
+                raise RequestError(errno.EPROTO, "write request is missing NORESPONSE flag")
+            matchtag, data, eof = protocol.parse_write(payload_of(msg, "write"))
+            t = self.registry.by_request(sender_of(msg), matchtag)
+            if t is None:
+                raise RequestError(errno.ESRCH, "sdexec.write: subprocess no longer exists")
+            if t.stdin is None:
+                raise RequestError(errno.EINVAL, "sdexec.write: stdin is closed for a background process")
+            t.stdin.write(data, eof)
+        except OSError as exc:
+            self.log.error(str(exc))
+        except Exception as exc:
+            self.log.error(f"write: {exc!r}")
+
+    def kill(self, msg):
+        """``sdexec.kill``: KillUnit(main, signum) on a tracked process."""
+        pid, label, signum = protocol.parse_kill(payload_of(msg, "kill"))
+        t = self._find(pid, label, "kill")
+        if self.debug:
+            self.log.debug(f"kill main {t.unit} (signal {signum})")
+        self.bridge.kill_unit(t.unit, signum)
+        self._respond(msg)
+
+    def wait(self, msg):
+        """``sdexec.wait``: a waitable process's status, now or when it ends."""
+        pid, label = protocol.parse_target(payload_of(msg, "wait"), "wait")
+        t = self._find(pid, label, "wait")
+        if not t.proc.waitable:
+            raise RequestError(errno.EINVAL, "process is not waitable")
+        if t.proc.waiter is not None:
+            raise RequestError(errno.EINVAL, "process is already being waited on")
+        self._feed(t, WaitRequested(Waiter(msg)))
+
+    def _find(self, pid, label, verb):
+        t = self.registry.find(pid, label)
+        if t is None:
+            target = f"label={label}" if label is not None else f"pid={pid}"
+            raise RequestError(errno.ESRCH, f"{verb} {target} not found")
+        return t
+
+    def list(self, msg):
+        """``sdexec.list``: every tracked process, in start order."""
+        procs = [
+            protocol.list_entry(
+                t.proc.pid,
+                t.proc.cmdline[0],
+                t.proc.label,
+                t.proc.status.code is not None or t.proc.state is ProcState.ZOMBIE,
+            )
+            for t in self.registry
+        ]
+        self._respond(msg, {"rank": self.rank, "procs": procs})
+
+    def stats(self, msg):
+        """``sdexec.stats-get``: per-unit state and channel fds."""
+        procs = {}
+        for t in self.registry:
+            procs[t.unit] = {
+                "state": t.proc.status.state,
+                "pid": t.proc.pid,
+                "in": t.stdin.stats() if t.stdin else None,
+                "out": t.outputs["stdout"].stats() if "stdout" in t.outputs else None,
+                "err": t.outputs["stderr"].stats() if "stderr" in t.outputs else None,
+            }
+        self._respond(msg, {"procs": procs})
+
+    def disconnect(self, msg):
+        """RFC 6 disconnect: kill the client's foreground units, drop its parked waits."""
+        sender = sender_of(msg)
+        for t in self.registry.by_sender(sender):
+            if t.sender == sender and t.proc.state is not ProcState.ZOMBIE:
+                self._feed(t, ClientGone())
+            if t.waiter_sender == sender:
+                self._feed(t, WaiterGone())
+        self.pump()
+
+    def unload(self):
+        """Answer what is owed with ENOSYS and stop every unit still running."""
+        for t in self.registry:
+            self._feed(t, Unloading())
+        self.bridge.close()

@@ -1,0 +1,117 @@
+"""Inputs to and actions from the per-process state machine (proc.py).
+
+Inputs are facts, named as nouns or in the past tense; actions are orders,
+named in the imperative. Only adapters carry actions out. Pure: stdlib only.
+"""
+
+from dataclasses import dataclass, field
+
+# ---- inputs ----
+
+
+@dataclass(frozen=True)
+class UnitChanged:
+    """systemd sent PropertiesChanged for the unit."""
+
+    props: dict
+
+
+@dataclass(frozen=True)
+class OutputClosed:
+    """An output channel (``stdout`` or ``stderr``) reached EOF."""
+
+    stream: str
+
+
+@dataclass(frozen=True)
+class StopTimerExpired:
+    """The stop timer armed by ArmTimer ran out."""
+
+
+@dataclass(frozen=True)
+class ClientGone:
+    """The client that sent the exec request disconnected."""
+
+
+@dataclass(frozen=True)
+class WaitRequested:
+    """An ``sdexec.wait`` names this process; ``waiter`` is the adapter's request."""
+
+    waiter: object
+
+
+@dataclass(frozen=True)
+class WaiterGone:
+    """The client of the parked wait disconnected."""
+
+
+@dataclass(frozen=True)
+class Unloading:
+    """The module is unloading: answer what is owed, stop the unit."""
+
+
+# ---- actions ----
+
+
+@dataclass(frozen=True)
+class Respond:
+    """Send a non-error response to the exec request (``to=None``) or to a waiter."""
+
+    payload: dict
+    to: object = None
+
+
+@dataclass(frozen=True)
+class RespondError:
+    """Send an error response to the exec request (``to=None``) or to a waiter."""
+
+    errnum: int
+    text: str = None
+    to: object = None
+
+
+@dataclass(frozen=True)
+class StartOutput:
+    """Start reading the output channels."""
+
+
+@dataclass(frozen=True)
+class StopUnit:
+    """StopUnit(unit, "fail")."""
+
+
+@dataclass(frozen=True)
+class ResetFailedUnit:
+    """ResetFailedUnit(unit), so systemd forgets a failed unit."""
+
+
+@dataclass(frozen=True)
+class KillUnit:
+    """KillUnit(unit, "main", signum)."""
+
+    signum: int
+
+
+@dataclass(frozen=True)
+class ArmTimer:
+    """(Re)arm the stop timer for ``seconds``."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CancelTimer:
+    """Stop the stop timer."""
+
+
+@dataclass(frozen=True)
+class Log:
+    """Write ``text`` to the broker log at syslog ``level``."""
+
+    level: int
+    text: str = field(default="")
+
+
+@dataclass(frozen=True)
+class Reap:
+    """Release the unit watch, timers and fds; the process is over."""

@@ -1,0 +1,100 @@
+"""sdexec: run commands as systemd transient units (the RFC 42 subprocess service).
+
+Load it in place of flux-core's C module; its directory goes first on
+FLUX_MODULE_PATH_PREPEND, or a site names this file in ``[modules]``::
+
+    [systemd]
+    enable = true
+    [modules]
+    sdexec.module = "/path/to/flux_sdexec/modules/sdexec.py"
+
+Only wiring lives here: each handler hands its message to
+``flux_sdexec.adapters.reactor.SdexecService``.
+"""
+
+import errno
+
+from flux.brokermod import BrokerModule, request_handler
+
+from flux_sdexec import config, naming
+from flux_sdexec.adapters.reactor import SdexecService
+
+
+def _attr(handle, name, default=None):
+    try:
+        return handle.attr_get(name)
+    except OSError:
+        return default
+
+
+class SdexecModule(BrokerModule):
+    """The sdexec broker module."""
+
+    def __init__(self, h, *args):
+        super().__init__(h, *args)
+        rank = h.get_rank()
+        namer = naming.UnitNamer(self._instance(h, rank), rank, self._rank_suffix(h))
+        debug = config.sdexec_debug(h.conf_get() or {})
+        self.service = SdexecService(h, self.log, rank, h.attr_get("local-uri"), namer, debug)
+        self.log.info(f"units named <label>:{namer.instance}.service (glob {namer.glob})")
+
+    def _instance(self, h, rank):
+        uuid = _attr(h, "broker.uuid", "")
+        if rank != 0:
+            try:
+                uuid = h.rpc("attr.get", {"name": "broker.uuid"}, nodeid=0).get()["value"]
+            except OSError as exc:
+                self.log.warning(f"broker.uuid of rank 0: {exc}; using this rank's")
+        system = _attr(h, "broker.sd-notify") is not None
+        return naming.render_instance(_attr(h, "jobid-path", "/"), system, uuid)
+
+    def _rank_suffix(self, h):
+        return naming.needs_rank_suffix(_attr(h, "broker.mapping"))
+
+    def run(self):
+        try:
+            super().run()
+        finally:
+            self.service.unload()
+
+    @request_handler("exec")
+    def exec_(self, msg):
+        self.service.serve(msg, "exec", self.service.exec)
+
+    @request_handler("write")
+    def write(self, msg):
+        self.service.write(msg)
+
+    @request_handler("kill")
+    def kill(self, msg):
+        self.service.serve(msg, "kill", self.service.kill)
+
+    @request_handler("wait")
+    def wait(self, msg):
+        self.service.serve(msg, "wait", self.service.wait)
+
+    @request_handler("list")
+    def list_(self, msg):
+        self.service.serve(msg, "list", self.service.list)
+
+    @request_handler("stats-get")
+    def stats_get(self, msg):
+        self.service.serve(msg, "stats-get", self.service.stats, remote_ok=True)
+
+    @request_handler("disconnect")
+    def disconnect(self, msg):
+        self.service.disconnect(msg)
+
+    @request_handler("config-reload")
+    def config_reload(self, msg):
+        self.service.serve(msg, "config-reload", self._reconfigure, remote_ok=True)
+
+    def _reconfigure(self, msg):
+        try:
+            conf = msg.payload
+        except (ValueError, TypeError):
+            conf = None
+        if not isinstance(conf, dict):
+            raise OSError(errno.EPROTO, "Error unpacking config-reload request")
+        self.service.debug = config.sdexec_debug(conf)
+        self.handle.respond(msg)

@@ -1,0 +1,273 @@
+"""One sdexec process: unit facts in, ordered responses and systemd orders out.
+
+``Proc.handle(event)`` checks the (state, input) pair against
+``states.TRANSITIONS`` before touching anything, then returns the actions the
+adapters must carry out, in order. The response order it guarantees:
+started -> (output) -> finished -> (EOFs) -> ENODATA, or exactly one error.
+Pure: no flux, no pystemd, no os, no time.
+"""
+
+import errno
+import os
+import signal
+import syslog
+
+from flux_sdexec import protocol
+from flux_sdexec.events import (
+    ArmTimer,
+    CancelTimer,
+    KillUnit,
+    Log,
+    Reap,
+    ResetFailedUnit,
+    Respond,
+    RespondError,
+    StartOutput,
+    StopUnit,
+)
+from flux_sdexec.linebuf import RetainedOutput
+from flux_sdexec.states import TRANSITIONS, ProcState, StopStage
+from flux_sdexec.unitstate import UnitStatus
+
+S = ProcState
+UNLOADING_TEXT = "sdexec module is unloading"
+DEADLOCK_TEXT = "SIGKILL timeout, unit may still be active"
+
+
+class InvalidTransition(RuntimeError):
+    """An input arrived in a state that cannot take it: a bug in the caller."""
+
+
+class Proc:
+    """The life of one exec request's unit.
+
+    Args:
+        unit: the unit name.
+        cmdline: argv, for the log name and ``sdexec.list``.
+        label: the subprocess label or None.
+        background: True for a non-streaming exec (RFC 42 background mode).
+        waitable: keep the status for ``sdexec.wait`` (background only).
+        streams: the output streams whose EOF we must see ({"stdout", "stderr"}).
+        stop_timer_sec: stop-timer period, or None when disabled.
+        stop_signal: the signal of the second expiry.
+    """
+
+    def __init__(
+        self,
+        unit,
+        cmdline,
+        label=None,
+        background=False,
+        waitable=False,
+        streams=(),
+        stop_timer_sec=None,
+        stop_signal=signal.SIGKILL,
+    ):
+        self.unit = unit
+        self.cmdline = cmdline
+        self.label = label
+        self.background = background
+        self.waitable = waitable
+        self.stop_timer_sec = stop_timer_sec
+        self.stop_signal = int(stop_signal)
+        self.status = UnitStatus()
+        self.state = S.STARTING
+        self.stage = StopStage.IDLE
+        self.error = None  # (errno, text) stored for the terminal response
+        self.waiter = None
+        self.retained = RetainedOutput() if waitable else None
+        self._open_streams = set(streams)
+        self._output_started = False
+        self._started_sent = False
+        self._finish_reported = False
+        self._stop_sent = False
+        self._reset_sent = False
+
+    @property
+    def pid(self):
+        """ExecMainPID, or -1 before systemd reports it."""
+        return self.status.pid if self.status.pid is not None else -1
+
+    @property
+    def logname(self):
+        """Name used in log records: label, else argv[0]'s basename, else the unit."""
+        return self.label or os.path.basename(self.cmdline[0]) or self.unit
+
+    @property
+    def owes_exec_response(self):
+        """The exec request still waits for a (terminal) response."""
+        if self.state in (S.DONE, S.ZOMBIE):
+            return False
+        return not self.background or not self._started_sent
+
+    def handle(self, event):
+        """Apply one input and return the actions to carry out.
+
+        Raises:
+            InvalidTransition: the input is illegal in this state; nothing changed.
+        """
+        allowed = TRANSITIONS.get((self.state, type(event)))
+        if allowed is None:
+            raise InvalidTransition(f"{self.unit}: {type(event).__name__} in {self.state!r}")
+        before = self.state
+        actions = []
+        new_state = getattr(self, "_on_" + type(event).__name__)(event, actions)
+        if new_state not in allowed:
+            raise InvalidTransition(f"{self.unit}: {before!r} -> {new_state!r}")
+        self.state = new_state
+        if new_state in (S.ZOMBIE, S.DONE) and before not in (S.ZOMBIE, S.DONE):
+            actions.append(Reap())
+        return actions
+
+    # ---- inputs ----
+
+    def _on_UnitChanged(self, event, out):
+        st = self.status
+        if not st.update(event.props):
+            return self.state
+        state = self.state
+        if self.stage is not StopStage.IDLE and st.active_state != "deactivating":
+            self.stage = StopStage.IDLE
+            out.append(CancelTimer())
+        if state is S.STARTING and st.started and self.error is None:
+            self._started_sent = True
+            out.append(Respond(protocol.started(st.pid)))
+            self._start_output(out)
+            state = S.RUNNING
+        if st.finished and not self._finish_reported:
+            self._finish_reported = True
+            state = self._report_finish(out, state)
+        if st.exec_failed and self.error is None:
+            self.error = (errno.ENOENT, self._exec_failure_text())
+            state = S.FAILED
+        if st.state == "active.exited" and not self._stop_sent:
+            self._stop_sent = True
+            out.append(StopUnit())
+        if st.active_state == "deactivating" and self.stage is StopStage.IDLE:
+            if self.stop_timer_sec is not None:
+                self.stage = StopStage.SIGTERM
+                out.append(ArmTimer(self.stop_timer_sec))
+        if st.active_state == "failed" and not self._reset_sent:
+            self._reset_sent = True
+            self._start_output(out)
+            out.append(ResetFailedUnit())
+        if st.gone:
+            self._start_output(out)
+        return self._complete_if_over(out, state)
+
+    def _on_OutputClosed(self, event, out):
+        self._open_streams.discard(event.stream)
+        return self._complete_if_over(out, self.state)
+
+    def _on_StopTimerExpired(self, event, out):
+        if self.stage is StopStage.SIGTERM:
+            self.stage = StopStage.SIGNAL
+            out += [KillUnit(signal.SIGTERM), ArmTimer(self.stop_timer_sec)]
+            return self.state
+        if self.stage is StopStage.SIGNAL:
+            self.stage = StopStage.ABANDON
+            out += [KillUnit(self.stop_signal), ArmTimer(self.stop_timer_sec)]
+            return self.state
+        if self.stage is StopStage.ABANDON:
+            self.stage = StopStage.IDLE
+            seconds = 3 * self.stop_timer_sec
+            out.append(Log(syslog.LOG_ERR, f"{self.unit}: abandoning after {seconds:g}s stop timeout"))
+            self.error = (errno.EDEADLK, DEADLOCK_TEXT)
+            return self._terminal_error(out)
+        return self.state  # a stale expiry after the timer was cancelled
+
+    def _on_ClientGone(self, event, out):
+        if not self.background and not self.status.gone:
+            out.append(KillUnit(signal.SIGKILL))
+        return self.state
+
+    def _on_WaitRequested(self, event, out):
+        if self.state is S.ZOMBIE:
+            out.append(self._wait_answer(event.waiter))
+            return S.DONE
+        self.waiter = event.waiter
+        return self.state
+
+    def _on_WaiterGone(self, event, out):
+        self.waiter = None
+        return self.state
+
+    def _on_Unloading(self, event, out):
+        if self.owes_exec_response:
+            out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT))
+        if self.waiter is not None:
+            out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT, to=self.waiter))
+        if self.state is not S.ZOMBIE and not self.status.gone:
+            out += [StopUnit(), ResetFailedUnit()]
+        return S.DONE
+
+    # ---- helpers ----
+
+    def _start_output(self, out):
+        if not self._output_started:
+            self._output_started = True
+            out.append(StartOutput())
+
+    def _report_finish(self, out, state):
+        if self.background:
+            out.append(Log(syslog.LOG_INFO, f"{self.logname}[{self.pid}]: {self._exit_text()}"))
+        else:
+            out.append(Respond(protocol.finished(self.status.wait_status)))
+        return S.FINISHED
+
+    def _exit_text(self):
+        st = self.status
+        if st.code == 2:
+            return f"Killed by signal {st.status}"
+        return f"Exit {st.status}"
+
+    def _exec_failure_text(self):
+        result = f", result {self.status.result}" if self.status.result else ""
+        return f"unit process could not be started (systemd error {self.status.status}{result})"
+
+    def _complete_if_over(self, out, state):
+        if not self.status.gone or self._open_streams or state in (S.ZOMBIE, S.DONE):
+            return state
+        if self.error is None:
+            if self.status.pid is None:
+                self.error = (
+                    errno.EINVAL,
+                    "Internal error: unfailed inactive.dead unit never received ExecMainPID property",
+                )
+            elif self.status.code is None:
+                self.error = (
+                    errno.EINVAL,
+                    "Internal error: unfailed inactive.dead unit never received "
+                    "ExecMainCode and ExecMainStatus properties.",
+                )
+        if self.error is not None:
+            self.state = state
+            return self._terminal_error(out)
+        if not self.background:
+            out.append(RespondError(errno.ENODATA))
+            return S.DONE
+        return self._retain_or_drop(out)
+
+    def _terminal_error(self, out):
+        errnum, text = self.error
+        if self.owes_exec_response:
+            out.append(RespondError(errnum, text))
+            return S.DONE
+        if self.background:
+            out.append(Log(syslog.LOG_ERR, f"{self.logname}[{self.pid}]: {text}"))
+            return self._retain_or_drop(out)
+        return S.DONE
+
+    def _retain_or_drop(self, out):
+        if not self.waitable:
+            return S.DONE
+        if self.waiter is not None:
+            out.append(self._wait_answer(self.waiter))
+            self.waiter = None
+            return S.DONE
+        return S.ZOMBIE
+
+    def _wait_answer(self, waiter):
+        if self.error is not None:
+            return RespondError(*self.error, to=waiter)
+        return Respond(protocol.wait_result(self.status.wait_status, self.retained.items), to=waiter)

@@ -1,0 +1,81 @@
+"""What we know about one transient unit, built from PropertiesChanged signals.
+
+Owns the rules of sdexec-protocol.md §5.3-5.4: which property values are
+latched, when the process counts as started, finished or unable to execute,
+and its wait status. Pure: stdlib only.
+"""
+
+ACTIVE_STATES = frozenset(
+    ("activating", "active", "deactivating", "inactive", "failed", "reloading")
+)
+EXEC_FAILURE_STATUSES = range(200, 244)  # systemd's EXIT_* codes (203 = EXIT_EXEC)
+CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
+
+
+class UnitStatus:
+    """Latched facts about one unit; booleans are computed, never stored."""
+
+    __slots__ = ("active_state", "sub_state", "pid", "code", "status", "result")
+
+    def __init__(self):
+        self.active_state = "unknown"
+        self.sub_state = "unknown"
+        self.pid = None
+        self.code = None
+        self.status = None
+        self.result = None
+
+    def update(self, props):
+        """Merge one signal's properties; return True if anything we track changed."""
+        before = (self.active_state, self.sub_state, self.pid, self.code, self.result)
+        state = props.get("ActiveState")
+        if state is not None:
+            self.active_state = state if state in ACTIVE_STATES else "unknown"
+        if "SubState" in props:
+            self.sub_state = props["SubState"]
+        pid = props.get("ExecMainPID")
+        if self.pid is None and pid:
+            self.pid = pid
+        # ExecMainCode/Status first appear as 0/0: latch only a real, complete pair
+        code, status = props.get("ExecMainCode"), props.get("ExecMainStatus")
+        if self.code is None and code and status is not None:
+            self.code, self.status = code, status
+        if props.get("Result"):
+            self.result = props["Result"]
+        return before != (self.active_state, self.sub_state, self.pid, self.code, self.result)
+
+    @property
+    def state(self):
+        """``<ActiveState>.<SubState>`` as flux-core's stats show it."""
+        return f"{self.active_state}.{self.sub_state}"
+
+    @property
+    def exec_failed(self):
+        """The process could not be executed (ExecMainStatus 200-243)."""
+        return self.code == CLD_EXITED and self.status in EXEC_FAILURE_STATUSES
+
+    @property
+    def finished(self):
+        """The process ran and its exit status is known."""
+        return self.code is not None and not self.exec_failed
+
+    @property
+    def started(self):
+        """A pid is known and the process reached running, or already finished.
+
+        systemd coalesces quick transitions, so a short process may never be
+        seen ``running``; its known exit status then stands for the start.
+        """
+        return self.pid is not None and (self.sub_state == "running" or self.finished)
+
+    @property
+    def wait_status(self):
+        """The wait(2)-style status flux clients decode (core dumps as flux-core: sig<<8)."""
+        if self.code == CLD_KILLED:
+            return self.status
+        return self.status << 8
+
+    @property
+    def gone(self):
+        """systemd has stopped and forgotten the unit (inactive/dead)."""
+        return self.active_state == "inactive"
