@@ -12,22 +12,24 @@ import uuid
 
 from flux_sdexec.errors import RequestError
 
-F58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 UNIT_NAME_MAX = 255
 SYSTEM_INSTANCE = "sys"
 
-_F58_CHARS = frozenset(F58_ALPHABET)
+_UNSAFE_RE = re.compile(r"[^A-Za-z0-9_.-]")
 _LABEL_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
 # systemd's unit name alphabet (unit-name.c): letters, digits, ":-_.\" and "@"
 _UNIT_RE = re.compile(r"[A-Za-z0-9:_.\\@-]+\.service\Z")
 
 
 def f58plain(component):
-    """Rewrite a job ID written ``ƒXXX`` or ``fXXX`` as ``fXXX``; keep anything else."""
-    if component[:1] in ("ƒ", "f") and len(component) > 1:
-        if all(c in _F58_CHARS for c in component[1:]):
-            return "f" + component[1:]
-    return component
+    """Render one jobid-path component for a unit name.
+
+    A job ID written ``ƒXXX`` becomes ``fXXX``; any character a unit name
+    cannot hold becomes ``_``, so a path can never make the name invalid.
+    """
+    if component.startswith("ƒ"):
+        component = "f" + component[1:]
+    return _UNSAFE_RE.sub("_", component)
 
 
 def render_instance(jobid_path, system_instance, instance_uuid):

@@ -15,7 +15,7 @@ CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
 class UnitStatus:
     """Latched facts about one unit; booleans are computed, never stored."""
 
-    __slots__ = ("active_state", "sub_state", "pid", "code", "status", "result")
+    __slots__ = ("active_state", "sub_state", "pid", "code", "status", "result", "left_inactive")
 
     def __init__(self):
         self.active_state = "unknown"
@@ -24,6 +24,7 @@ class UnitStatus:
         self.code = None
         self.status = None
         self.result = None
+        self.left_inactive = False  # systemd's first signal shows inactive/dead, before the start
 
     def update(self, props):
         """Merge one signal's properties; return True if anything we track changed."""
@@ -31,6 +32,7 @@ class UnitStatus:
         state = props.get("ActiveState")
         if state is not None:
             self.active_state = state if state in ACTIVE_STATES else "unknown"
+            self.left_inactive |= self.active_state not in ("inactive", "unknown")
         if "SubState" in props:
             self.sub_state = props["SubState"]
         pid = props.get("ExecMainPID")
@@ -40,7 +42,7 @@ class UnitStatus:
         code, status = props.get("ExecMainCode"), props.get("ExecMainStatus")
         if self.code is None and code and status is not None:
             self.code, self.status = code, status
-        if props.get("Result"):
+        if self.result is None and props.get("Result", "success") != "success":
             self.result = props["Result"]
         return before != (self.active_state, self.sub_state, self.pid, self.code, self.result)
 
@@ -77,5 +79,5 @@ class UnitStatus:
 
     @property
     def gone(self):
-        """systemd has stopped and forgotten the unit (inactive/dead)."""
-        return self.active_state == "inactive"
+        """systemd has run and stopped the unit: inactive again after leaving inactive."""
+        return self.active_state == "inactive" and self.left_inactive

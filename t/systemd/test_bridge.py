@@ -1,0 +1,277 @@
+"""SystemdBridge against the real systemd user instance: calls, signals, errors, stdio fds."""
+
+import errno
+import os
+import select
+import signal
+import socket
+import uuid
+
+import pytest
+
+from flux_sdexec.errors import UnitError
+
+TRUE, FALSE, SH, SLEEP = "/bin/true", "/bin/false", "/bin/sh", "/bin/sleep"
+
+
+def state(props):
+    return props.get("ActiveState"), props.get("SubState")
+
+
+def exit_facts(props):
+    keys = ("ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStatus")
+    return {key: props[key] for key in keys}
+
+
+def recv_all(sock):
+    sock.settimeout(10)
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
+def test_stdio_socketpairs(sd):
+    """Output arrives on our socketpair ends; EOF only once the stopped unit lets go of them."""
+    pairs = [socket.socketpair() for _ in range(3)]
+    ours = [a for a, _ in pairs]
+    theirs = [b.fileno() for _, b in pairs]
+    names = ("StandardInputFileDescriptor", "StandardOutputFileDescriptor")
+    props = [(n, "h", fd) for n, fd in zip(names + ("StandardErrorFileDescriptor",), theirs)]
+    try:
+        unit = sd.start([SH, "-c", "echo hi; echo err >&2"], *props)
+    finally:
+        for _, b in pairs:
+            b.close()
+    sd.wait_state(unit, "active", "exited")
+    assert select.select(ours, [], [], 0)[0] == ours[1:]  # data, but systemd still holds the fds
+    assert [ours[1].recv(100), ours[2].recv(100)] == [b"hi\n", b"err\n"]
+    assert select.select(ours, [], [], 0)[0] == []
+    sd.bridge.stop_unit(unit)
+    sd.wait_state(unit, "inactive", "dead")
+    assert [recv_all(s) for s in ours[1:]] == [b"", b""]
+    for s in ours:
+        s.close()
+
+
+def test_clean_exit(sd):
+    """`true` ends active/exited (RemainAfterExit) with code 1 (CLD_EXITED), status 0."""
+    unit = sd.start([TRUE])
+    view = sd.wait_state(unit, "active", "exited")
+    assert exit_facts(view) == {
+        "ActiveState": "active",
+        "SubState": "exited",
+        "Result": "success",
+        "ExecMainCode": 1,
+        "ExecMainStatus": 0,
+    }
+    assert view["ExecMainPID"] > 0
+    sd.bridge.stop_unit(unit)
+    sd.wait_state(unit, "inactive", "dead")
+    # active/running is skipped when systemd coalesces a fast exit
+    assert [s for s in sd.states(unit) if s != ("active", "running")] == [
+        ("inactive", "dead"),
+        ("activating", "start"),
+        ("active", "exited"),
+        ("inactive", "dead"),
+    ]
+
+
+def test_exit_1(sd):
+    """`false` ends failed/failed with status 1; ResetFailedUnit takes it to inactive/dead."""
+    unit = sd.start([FALSE])
+    view = sd.wait_state(unit, "failed", "failed")
+    assert exit_facts(view) == {
+        "ActiveState": "failed",
+        "SubState": "failed",
+        "Result": "exit-code",
+        "ExecMainCode": 1,
+        "ExecMainStatus": 1,
+    }
+    sd.bridge.reset_failed_unit(unit)
+    sd.wait_state(unit, "inactive", "dead")
+
+
+def test_missing_binary(sd):
+    """A missing binary with Type=exec fails the start: status 203 (EXIT_EXEC), never running."""
+    unit = sd.start(["/notacmd"])
+    view = sd.wait_state(unit, "failed", "failed")
+    assert exit_facts(view) == {
+        "ActiveState": "failed",
+        "SubState": "failed",
+        "Result": "exit-code",
+        "ExecMainCode": 1,
+        "ExecMainStatus": 203,
+    }
+    assert sd.states(unit) == [("inactive", "dead"), ("activating", "start"), ("failed", "failed")]
+    sd.bridge.reset_failed_unit(unit)
+    sd.wait_state(unit, "inactive", "dead")
+
+
+def test_kill_sigterm(sd):
+    """SIGTERM gives code 2 (CLD_KILLED), status 15, and counts as a clean exit: active/exited."""
+    unit = sd.start([SLEEP, "100"])
+    sd.wait_state(unit, "active", "running")
+    sd.bridge.kill_unit(unit, signal.SIGTERM)
+    view = sd.wait_state(unit, "active", "exited")
+    assert exit_facts(view) == {
+        "ActiveState": "active",
+        "SubState": "exited",
+        "Result": "success",
+        "ExecMainCode": 2,
+        "ExecMainStatus": 15,
+    }
+
+
+def test_stop_ignoring_sigterm(sd):
+    """StopUnit of a process ignoring SIGTERM stays deactivating until SIGKILL: failed/failed."""
+    ours, theirs = socket.socketpair()
+    extra = [
+        ("KillMode", "s", "process"),
+        ("TimeoutStopUSec", "t", 2**64 - 1),
+        ("StandardOutputFileDescriptor", "h", theirs.fileno()),
+    ]
+    with ours, theirs:
+        unit = sd.start([SH, "-c", "trap '' TERM; echo ready; exec sleep 100"], *extra)
+        theirs.close()
+        ours.settimeout(10)
+        assert ours.recv(100) == b"ready\n"  # else SIGTERM may beat the trap
+    sd.bridge.stop_unit(unit)
+    sd.wait_state(unit, "deactivating", "stop-sigterm")
+    sd.bridge.kill_unit(unit, signal.SIGKILL)
+    view = sd.wait_state(unit, "failed", "failed")
+    assert exit_facts(view) == {
+        "ActiveState": "failed",
+        "SubState": "failed",
+        "Result": "signal",
+        "ExecMainCode": 2,
+        "ExecMainStatus": 9,
+    }
+
+
+def test_unknown_property(sd):
+    """systemd rejects an unknown property as PropertyReadOnly, which sd-bus maps to EROFS."""
+    unit = sd.new_unit()
+    with pytest.raises(UnitError) as exc:
+        sd.start([TRUE], ("xxx", "s", "yyz"), unit=unit)
+    assert (exc.value.errno, str(exc.value)) == (
+        errno.EROFS,
+        "Cannot set property xxx, or unknown property.",
+    )
+    assert sd.bridge.list_units([unit]) == []
+
+
+def test_bad_property_value(sd):
+    """A bad value is InvalidArgs: EINVAL with systemd's text."""
+    with pytest.raises(UnitError) as exc:
+        sd.start([TRUE], ("Type", "s", "bogus"))
+    assert (exc.value.errno, str(exc.value)) == (errno.EINVAL, "Invalid Type setting: bogus")
+
+
+def test_duplicate_unit(sd):
+    """Starting a second unit with a loaded unit's name is UnitExists: EEXIST."""
+    unit = sd.start([SLEEP, "100"])
+    with pytest.raises(UnitError) as exc:
+        sd.start([TRUE], unit=unit)
+    assert (exc.value.errno, str(exc.value)) == (
+        errno.EEXIST,
+        f"Unit {unit} was already loaded or has a fragment file.",
+    )
+
+
+@pytest.mark.parametrize("call", ["stop", "kill", "reset"])
+def test_missing_unit(sd, call):
+    """Stop, kill and reset-failed of a unit that is not loaded are NoSuchUnit: ENOENT."""
+    unit = sd.new_unit()
+    method = {
+        "stop": lambda: sd.bridge.stop_unit(unit),
+        "kill": lambda: sd.bridge.kill_unit(unit, signal.SIGKILL),
+        "reset": lambda: sd.bridge.reset_failed_unit(unit),
+    }[call]
+    with pytest.raises(UnitError) as exc:
+        method()
+    assert (exc.value.errno, str(exc.value)) == (errno.ENOENT, f"Unit {unit} not loaded.")
+
+
+def test_kill_exited_unit(sd):
+    """KillUnit on an active/exited unit has no main process: ESRCH."""
+    unit = sd.start([TRUE])
+    sd.wait_state(unit, "active", "exited")
+    with pytest.raises(UnitError) as exc:
+        sd.bridge.kill_unit(unit, signal.SIGTERM)
+    assert (exc.value.errno, str(exc.value)) == (errno.ESRCH, "No main process to kill")
+
+
+def test_list_units(sd):
+    """ListUnitsByPatterns globs give (name, ActiveState, SubState); no match gives []."""
+    tag = f"pytest-{uuid.uuid4().hex[:8]}"
+    units = [sd.new_unit(f"{tag}-{x}.service") for x in ("a", "b", "cc")]
+    for unit in units:
+        sd.start([SLEEP, "100"], unit=unit)
+        sd.wait_state(unit, "active", "running")
+    listed = sd.bridge.list_units([f"{tag}-?.service"])
+    assert sorted(listed) == [(unit, "active", "running") for unit in units[:2]]
+    assert sd.bridge.list_units([f"{tag}-nomatch-*"]) == []
+
+
+def test_get_unit_properties(sd):
+    """GetAll merges Unit and Service properties, decoded to plain Python."""
+    unit = sd.start([SLEEP, "100"])
+    view = sd.wait_state(unit, "active", "running")
+    props = sd.bridge.get_unit_properties(unit)
+    picked = {k: props[k] for k in ("Id", "ActiveState", "SubState", "Type", "RemainAfterExit")}
+    assert picked == {
+        "Id": unit,
+        "ActiveState": "active",
+        "SubState": "running",
+        "Type": "exec",
+        "RemainAfterExit": True,
+    }
+    assert props["ExecMainPID"] == props["MainPID"] == view["ExecMainPID"] > 0
+    assert props["Environment"] == ["LANG=C"]
+    assert props["ExecStart"][0][:2] == (SLEEP, [SLEEP, "100"])
+
+
+def test_get_unit_properties_missing(sd):
+    """GetAll on a unit that is not loaded answers LoadState not-found, not an error."""
+    props = sd.bridge.get_unit_properties(sd.new_unit())
+    assert state(props) == ("inactive", "dead")
+    assert props["LoadState"] == "not-found"
+
+
+def test_unwatch(sd, sd2):
+    """After unwatch(), the unit's signals no longer reach on_change()."""
+    unit = sd.start([TRUE])
+    sd.wait_state(unit, "active", "exited")
+    sd.bridge.unwatch(unit)
+    count = len(sd.signals[unit])
+    sd2.bridge.watch(unit)  # a second connection gets the same broadcast signals
+    sd.bridge.stop_unit(unit)
+    sd2.wait_state(unit, "inactive", "dead")
+    sd.bridge.pump()
+    assert len(sd.signals[unit]) == count
+
+
+def test_connection_loss_and_reconnect(sd):
+    """A dropped connection raises ECONNRESET; reconnect() restores calls and the watched set."""
+    unit = sd.new_unit()
+    with socket.socket(fileno=os.dup(sd.bridge.fileno())) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+    for call in (sd.bridge.pump, lambda: sd.bridge.stop_unit(unit), sd.bridge.fileno):
+        with pytest.raises(UnitError) as exc:
+            call()
+        assert (exc.value.errno, str(exc.value)) == (
+            errno.ECONNRESET,
+            "lost connection to systemd",
+        )
+    sd.bridge.reconnect()
+    sd.start([TRUE], unit=unit)
+    assert sd.wait_state(unit, "active", "exited")["ExecMainStatus"] == 0
+
+
+def test_closed_bridge(sd):
+    """Calls on a closed bridge raise ENOTCONN instead of touching a freed bus."""
+    sd.bridge.close()
+    with pytest.raises(UnitError) as exc:
+        sd.bridge.pump()
+    assert (exc.value.errno, str(exc.value)) == (errno.ENOTCONN, "not connected to systemd")
