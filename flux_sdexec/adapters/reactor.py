@@ -209,7 +209,8 @@ class SdexecService:
         try:
             call(*args)
         except UnitError as exc:
-            self.log(syslog.LOG_DEBUG if t.proc.status.gone else syslog.LOG_ERR, f"{what} {t.unit}: {exc}")
+            quiet = t.proc.status.gone or exc.errno in (errno.ENOENT, errno.ESRCH)
+            self.log(syslog.LOG_DEBUG if quiet else syslog.LOG_ERR, f"{what} {t.unit}: {exc}")
 
     def _arm_timer(self, t, seconds):
         if t.timer is None:

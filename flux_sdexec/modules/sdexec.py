@@ -13,6 +13,7 @@ Only wiring lives here: each handler hands its message to
 """
 
 import errno
+import signal
 
 from flux.brokermod import BrokerModule, request_handler
 
@@ -37,6 +38,9 @@ class SdexecModule(BrokerModule):
         debug = config.sdexec_debug(h.conf_get() or {})
         self.service = SdexecService(h, self.log, rank, h.attr_get("local-uri"), namer, debug)
         self.log.info(f"units named <label>:{namer.instance}.service (glob {namer.glob})")
+        # the broker SIGTERMs a module still loaded at exit: unload cleanly then too
+        self._sigterm = h.signal_watcher_create(signal.SIGTERM, lambda *args: self.stop())
+        self._sigterm.start()
 
     def _instance(self, h, rank):
         uuid = _attr(h, "broker.uuid", "")

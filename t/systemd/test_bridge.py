@@ -33,16 +33,16 @@ def recv_all(sock):
 
 def test_stdio_socketpairs(sd):
     """Output arrives on our socketpair ends; EOF only once the stopped unit lets go of them."""
-    pairs = [socket.socketpair() for _ in range(3)]
-    ours = [a for a, _ in pairs]
-    theirs = [b.fileno() for _, b in pairs]
     names = ("StandardInputFileDescriptor", "StandardOutputFileDescriptor")
-    props = [(n, "h", fd) for n, fd in zip(names + ("StandardErrorFileDescriptor",), theirs)]
+    names += ("StandardErrorFileDescriptor",)
+    pairs = [socket.socketpair() for _ in names]
+    ours = [a for a, _ in pairs]
+    props = [(name, "h", b.fileno()) for name, (_, b) in zip(names, pairs)]
     try:
         unit = sd.start([SH, "-c", "echo hi; echo err >&2"], *props)
     finally:
         for _, b in pairs:
-            b.close()
+            b.close()  # systemd got its own copies
     sd.wait_state(unit, "active", "exited")
     assert select.select(ours, [], [], 0)[0] == ours[1:]  # data, but systemd still holds the fds
     assert [ours[1].recv(100), ours[2].recv(100)] == [b"hi\n", b"err\n"]
@@ -275,3 +275,17 @@ def test_closed_bridge(sd):
     with pytest.raises(UnitError) as exc:
         sd.bridge.pump()
     assert (exc.value.errno, str(exc.value)) == (errno.ENOTCONN, "not connected to systemd")
+
+
+def test_signals_queued_during_call(sd, sd2):
+    """Signals read while a call waited for its reply are delivered by the next pump().
+
+    sd2 proves the unit finished; sd's blocking call then drains them into sd-bus's queue
+    (its fd need not be readable any more), so the owner must pump() after every call.
+    """
+    unit = sd.start([TRUE])
+    sd2.bridge.watch(unit)
+    sd2.wait_state(unit, "active", "exited")
+    sd.bridge.list_units([unit])
+    sd.bridge.pump()
+    assert ("active", "exited") in sd.states(unit)
