@@ -16,6 +16,7 @@ UNIT_NAME_MAX = 255
 SYSTEM_INSTANCE = "sys"
 
 _UNSAFE_RE = re.compile(r"[^A-Za-z0-9_.-]")
+_UUID_STEM_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}\Z")
 _LABEL_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
 # systemd's unit name alphabet (unit-name.c): letters, digits, ":-_.\" and "@"
 _UNIT_RE = re.compile(r"[A-Za-z0-9:_.\\@-]+\.service\Z")
@@ -129,3 +130,23 @@ class UnitNamer:
         if self.rank_suffix:
             stem = f"{stem}-{self.rank}"
         return check_unit_name(f"{stem}:{self.instance}.service")
+
+    def parse(self, unit):
+        """Read one of this sdexec's unit names back.
+
+        Returns:
+            (True, label) for a unit of this instance and rank, label None for a
+            UUID name; (False, None) for anything else (another rank's, another
+            instance's, or a verbatim SDEXEC_NAME).
+        """
+        suffix = f":{self.instance}.service"
+        if not unit.endswith(suffix):
+            return False, None
+        stem = unit[: -len(suffix)]
+        if self.rank_suffix:
+            stem, sep, rank = stem.rpartition("-")
+            if not sep or rank != str(self.rank):
+                return False, None
+        if not stem or ":" in stem:
+            return False, None
+        return True, None if _UUID_STEM_RE.match(stem) else stem

@@ -50,6 +50,7 @@ class Proc:
         streams: the output streams whose EOF we must see ({"stdout", "stderr"}).
         stop_timer_sec: stop-timer period, or None when disabled.
         stop_signal: the signal of the second expiry.
+        adopted: a leftover unit found at load; no exec request waits for it.
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class Proc:
         streams=(),
         stop_timer_sec=None,
         stop_signal=signal.SIGKILL,
+        adopted=False,
     ):
         self.unit = unit
         self.cmdline = cmdline
@@ -78,7 +80,7 @@ class Proc:
         self.retained = RetainedOutput() if waitable else None
         self._open_streams = set(streams)
         self._output_started = False
-        self._started_sent = False
+        self._started_sent = adopted
         self._finish_reported = False
         self._stop_sent = False
         self._reset_sent = False
@@ -92,6 +94,12 @@ class Proc:
     def logname(self):
         """Name used in log records: label, else argv[0]'s basename, else the unit."""
         return self.label or os.path.basename(self.cmdline[0]) or self.unit
+
+    @property
+    def keeps_record(self):
+        """A started waitable process: its stopped-but-loaded unit holds the status
+        until a wait collects it, so a restarted sdexec can still find it."""
+        return self.waitable and self._started_sent
 
     @property
     def owes_exec_response(self):
@@ -115,7 +123,7 @@ class Proc:
         if new_state not in allowed:
             raise InvalidTransition(f"{self.unit}: {before!r} -> {new_state!r}")
         self.state = new_state
-        if new_state in (S.ZOMBIE, S.DONE) and before not in (S.ZOMBIE, S.DONE):
+        if new_state is S.DONE:
             actions.append(Reap())
         return actions
 
@@ -130,8 +138,9 @@ class Proc:
             self.stage = StopStage.IDLE
             out.append(CancelTimer())
         if state is S.STARTING and st.started and self.error is None:
-            self._started_sent = True
-            out.append(Respond(protocol.started(st.pid)))
+            if not self._started_sent:
+                self._started_sent = True
+                out.append(Respond(protocol.started(st.pid)))
             self._start_output(out)
             state = S.RUNNING
         if st.finished and not self._finish_reported:
@@ -140,17 +149,19 @@ class Proc:
         if st.exec_failed and self.error is None:
             self.error = (errno.ENOENT, self._exec_failure_text())
             state = S.FAILED
-        if st.state == "active.exited" and not self._stop_sent:
+        if st.state == "active.exited" and not self._stop_sent and not self.keeps_record:
             self._stop_sent = True
             out.append(StopUnit())
         if st.active_state == "deactivating" and self.stage is StopStage.IDLE:
             if self.stop_timer_sec is not None:
                 self.stage = StopStage.SIGTERM
                 out.append(ArmTimer(self.stop_timer_sec))
-        if st.active_state == "failed" and not self._reset_sent:
+        if st.active_state == "failed" and not self._reset_sent and not self.keeps_record:
             self._reset_sent = True
             self._start_output(out)
             out.append(ResetFailedUnit())
+        if self.keeps_record and st.finished and state is S.FINISHED:
+            return self._retain_or_drop(out)
         if st.gone:
             self._start_output(out)
         return self._complete_if_over(out, state)
@@ -183,8 +194,7 @@ class Proc:
 
     def _on_WaitRequested(self, event, out):
         if self.state is S.ZOMBIE:
-            out.append(self._wait_answer(event.waiter))
-            return S.DONE
+            return self._collect(event.waiter, out)
         self.waiter = event.waiter
         return self.state
 
@@ -197,7 +207,7 @@ class Proc:
             out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT))
         if self.waiter is not None:
             out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT, to=self.waiter))
-        if self.state is not S.ZOMBIE and not self.status.gone:
+        if not self.status.gone:
             out += [StopUnit(), ResetFailedUnit()]
         return S.DONE
 
@@ -262,12 +272,17 @@ class Proc:
         if not self.waitable:
             return S.DONE
         if self.waiter is not None:
-            out.append(self._wait_answer(self.waiter))
-            self.waiter = None
-            return S.DONE
+            waiter, self.waiter = self.waiter, None
+            return self._collect(waiter, out)
         return S.ZOMBIE
 
-    def _wait_answer(self, waiter):
+    def _collect(self, waiter, out):
+        """Answer a wait with the status (or stored error), then let the unit go."""
         if self.error is not None:
-            return RespondError(*self.error, to=waiter)
-        return Respond(protocol.wait_result(self.status.wait_status, self.retained.items), to=waiter)
+            out.append(RespondError(*self.error, to=waiter))
+        else:
+            result = protocol.wait_result(self.status.wait_status, self.retained.items)
+            out.append(Respond(result, to=waiter))
+        if not self.status.gone:
+            out += [StopUnit(), ResetFailedUnit()]
+        return S.DONE

@@ -24,7 +24,7 @@ class ProcState(enum.Enum):
     RUNNING = "running"  # "started" answered
     FINISHED = "finished"  # exit status known and reported, waiting for stop and EOFs
     FAILED = "failed"  # an error is stored, waiting for the unit to go away
-    ZOMBIE = "zombie"  # background waitable, over, retained for sdexec.wait
+    ZOMBIE = "zombie"  # background waitable, over, its unit kept as the record for sdexec.wait
     DONE = "done"  # nothing more is owed; the adapter forgets it
 
     def __repr__(self):
@@ -73,6 +73,8 @@ TRANSITIONS = {
     (S.FAILED, WaitRequested): {S.FAILED},
     (S.FAILED, WaiterGone): {S.FAILED},
     (S.FAILED, Unloading): {S.DONE},
+    (S.ZOMBIE, UnitChanged): {S.ZOMBIE},
+    (S.ZOMBIE, OutputClosed): {S.ZOMBIE},
     (S.ZOMBIE, WaitRequested): {S.DONE},
     (S.ZOMBIE, ClientGone): {S.ZOMBIE},
     (S.ZOMBIE, Unloading): {S.DONE},

@@ -11,7 +11,6 @@ import syslog
 
 from flux.constants import FLUX_POLLIN, FLUX_POLLOUT
 
-from flux_sdexec.linebuf import OutputBuffer
 
 READ_MAX = 1 << 20  # most bytes taken from one socket per readable event
 
@@ -65,18 +64,34 @@ class OutputChannel:
             self._watcher.start()
 
     def _readable(self, handle, watcher, fd, revents, args):
+        self._read_once()
+
+    def _read_once(self):
+        """One read; False when nothing more can be read now."""
         try:
             data = self.sock.recv(min(self.buffer.free, READ_MAX) or 1)
         except BlockingIOError:
-            return
+            return False
         except OSError as exc:
             self._log.error(f"{self.stream}: error reading from {self.stream}: {exc.strerror}")
             data = b""
         if not data:
             self._eof()
-            return
+            return False
         for chunk in self.buffer.feed(data):
             self._on_chunk(chunk, False)
+        return True
+
+    def drain(self):
+        """Read everything already written, partial last line included.
+
+        For a process that has exited but whose unit still holds the socket open.
+        """
+        while self.sock is not None and self._read_once():
+            pass
+        pending = self.buffer.eof()
+        if pending:
+            self._on_chunk(pending, False)
 
     def _eof(self):
         pending = self.buffer.eof()

@@ -81,8 +81,8 @@ class Tracked:
         self.unit = unit
         self.proc = proc
         self.msg = msg
-        self.sender = sender_of(msg)
-        self.matchtag = matchtag_of(msg)
+        self.sender = sender_of(msg) if msg is not None else None
+        self.matchtag = matchtag_of(msg) if msg is not None else None
         self.stdin = None
         self.outputs = {}
         self.timer = None
@@ -117,6 +117,7 @@ class SdexecService:
         self._bus_watcher = None
         self._watch_bus()
         self._pumping = False
+        self._adopt_leftovers()
 
     # ---- systemd side ----
 
@@ -160,7 +161,36 @@ class SdexecService:
         if self.debug:
             state = f"{props.get('ActiveState', '-')}.{props.get('SubState', '-')}"
             self.log.debug(f"{unit}: {state} {json.dumps(props, default=str)[:200]}")
+        if t.proc.waiter is not None and props.get("ExecMainCode"):
+            self._drain(t)
         self._feed(t, UnitChanged(props))
+
+    def _adopt_leftovers(self):
+        """Track the units a crashed predecessor left running, as background waitables."""
+        for unit, _, _ in self.bridge.list_units([self.namer.glob]):
+            ours, label = self.namer.parse(unit)
+            if not ours:
+                continue  # another rank's (or a verbatim SDEXEC_NAME): not ours to touch
+            try:
+                props = self.bridge.get_unit_properties(unit)
+                if label is not None and self.registry.has_label(label):
+                    raise RequestError(errno.EEXIST, f"label {label} is already tracked")
+                exec_start = props.get("ExecStart") or [(unit, [unit])]
+                proc = Proc(unit, list(exec_start[0][1]) or [unit], label=label,
+                            background=True, waitable=True, adopted=True)
+                t = Tracked(unit, proc, None)
+                self.registry.add(t)
+                self.bridge.watch(unit)
+                self._feed(t, UnitChanged(props))
+                self.log.info(f"adopted {unit} ({proc.status.state}, pid {proc.pid})")
+            except OSError as exc:
+                self.log.error(f"{unit}: cannot adopt ({exc}), stopping it")
+                for call in (self.bridge.stop_unit, self.bridge.reset_failed_unit):
+                    try:
+                        call(unit)
+                    except UnitError:
+                        pass
+        self.pump()
 
     # ---- the state machine ----
 
@@ -370,7 +400,14 @@ class SdexecService:
             raise RequestError(errno.EINVAL, "process is not waitable")
         if t.proc.waiter is not None:
             raise RequestError(errno.EINVAL, "process is already being waited on")
+        if t.proc.state is ProcState.ZOMBIE:
+            self._drain(t)
         self._feed(t, WaitRequested(Waiter(msg)))
+
+    def _drain(self, t):
+        """Complete the retained output of an exited process before a wait is answered."""
+        for channel in t.outputs.values():
+            channel.drain()
 
     def _find(self, pid, label, verb):
         t = self.registry.find(pid, label)

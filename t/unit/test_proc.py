@@ -185,21 +185,36 @@ def finish(proc, name):
     return proc.handle(OutputClosed("stderr"))
 
 
-def test_waitable_is_retained_then_collected():
-    """A finished waitable process becomes ZOMBIE and a wait collects status and output."""
+def until_failed(name):
+    """The signals up to systemd's first failed/failed, where a kept record stops."""
+    return 1 + next(i for i, s in enumerate(signals(name)) if s.get("ActiveState") == "failed")
+
+
+def test_waitable_unit_is_kept_as_record_then_collected():
+    """A finished waitable process is a ZOMBIE whose unit stays loaded (no ResetFailedUnit)
+    until a wait collects status and output; then the unit is stopped and reset."""
     proc = waitable()
     proc.retained.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
-    assert finish(proc, "exit-1") == [Reap()]
+    pid = pid_of("exit-1")
+    assert replay(proc, "exit-1", until=until_failed("exit-1")) == [
+        Respond({"type": "started", "pid": pid}),
+        StartOutput(),
+        Log(syslog.LOG_INFO, f"L[{pid}]: Exit 1"),
+    ]
     assert proc.state is ProcState.ZOMBIE
     waiter = object()
     assert proc.handle(WaitRequested(waiter)) == [
-        Respond({"status": 256, "output": [{"stream": "stdout", "rank": "0", "data": "x\n"}]}, to=waiter)
+        Respond({"status": 256, "output": [{"stream": "stdout", "rank": "0", "data": "x\n"}]},
+                to=waiter),
+        StopUnit(),
+        ResetFailedUnit(),
+        Reap(),
     ]
     assert proc.state is ProcState.DONE
 
 
 def test_parked_waiter_answered_at_exit_and_survives_disconnect():
-    """A parked wait is answered when the unit is reaped; a gone waiter leaves it waitable."""
+    """A parked wait is answered at exit; a gone waiter leaves the process waitable."""
     proc = waitable()
     replay(proc, "exit-1", until=6)
     first = object()
@@ -207,7 +222,19 @@ def test_parked_waiter_answered_at_exit_and_survives_disconnect():
     assert proc.handle(WaiterGone()) == []
     second = object()
     proc.handle(WaitRequested(second))
-    assert finish(proc, "exit-1") == [Respond({"status": 256}, to=second), Reap()]
+    actions = replay(proc, "exit-1", until=until_failed("exit-1"))
+    assert actions[-4:] == [Respond({"status": 256}, to=second), StopUnit(), ResetFailedUnit(),
+                            Reap()]
+
+
+def test_adopted_finished_unit_becomes_zombie_without_responses():
+    """A leftover unit found at load (GetAll shows active/exited) is collectable, answers nothing."""
+    proc = Proc("u.service", ["sh"], label="L", background=True, waitable=True, adopted=True)
+    props = {"ActiveState": "active", "SubState": "exited", "ExecMainPID": 9,
+             "ExecMainCode": 1, "ExecMainStatus": 4}
+    assert proc.handle(UnitChanged(props)) == [StartOutput(), Log(syslog.LOG_INFO, "L[9]: Exit 4")]
+    assert proc.state is ProcState.ZOMBIE
+    assert proc.handle(WaitRequested("w"))[0] == Respond({"status": 1024}, to="w")
 
 
 def test_exec_failure_of_waitable_fails_the_exec_request():
