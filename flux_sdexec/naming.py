@@ -81,11 +81,7 @@ def needs_rank_suffix(mapping):
 
 def check_unit_name(name):
     """Raise RequestError(EINVAL) unless ``name`` is a usable service unit name."""
-    if (
-        not isinstance(name, str)
-        or len(name.encode()) > UNIT_NAME_MAX
-        or not _UNIT_RE.match(name)
-    ):
+    if not isinstance(name, str) or len(name.encode()) > UNIT_NAME_MAX or not _UNIT_RE.match(name):
         raise RequestError(errno.EINVAL, f"invalid unit name {name!r}")
     return name
 

@@ -182,7 +182,9 @@ class Proc:
         if self.stage is StopStage.ABANDON:
             self.stage = StopStage.IDLE
             seconds = 3 * self.stop_timer_sec
-            out.append(Log(syslog.LOG_ERR, f"{self.unit}: abandoning after {seconds:g}s stop timeout"))
+            out.append(
+                Log(syslog.LOG_ERR, f"{self.unit}: abandoning after {seconds:g}s stop timeout")
+            )
             self.error = (errno.EDEADLK, DEADLOCK_TEXT)
             return self._terminal_error(out)
         return self.state  # a stale expiry after the timer was cancelled
@@ -242,7 +244,8 @@ class Proc:
             if self.status.pid is None:
                 self.error = (
                     errno.EINVAL,
-                    "Internal error: unfailed inactive.dead unit never received ExecMainPID property",
+                    "Internal error: unfailed inactive.dead unit "
+                    "never received ExecMainPID property",
                 )
             elif self.status.code is None:
                 self.error = (

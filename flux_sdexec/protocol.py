@@ -169,9 +169,7 @@ def unit_environment(env, flux_uri):
     """``K=V`` strings for the unit: acceptable names only, FLUX_URI set, systemd's own dropped."""
     merged = dict(env)
     merged["FLUX_URI"] = flux_uri
-    return [
-        f"{k}={v}" for k, v in merged.items() if _ENV_NAME_RE.match(k) and k not in ENV_DROPPED
-    ]
+    return [f"{k}={v}" for k, v in merged.items() if _ENV_NAME_RE.match(k) and k not in ENV_DROPPED]
 
 
 def parse_target(payload, verb):
@@ -206,7 +204,11 @@ def parse_write(payload):
     if not isinstance(data, str):
         raise RequestError(errno.EPROTO, "error decoding write request")
     try:
-        raw = base64.b64decode(data, validate=True) if io.get("encoding") == "base64" else data.encode()
+        raw = (
+            base64.b64decode(data, validate=True)
+            if io.get("encoding") == "base64"
+            else data.encode()
+        )
     except ValueError:
         raise RequestError(errno.EPROTO, "error decoding write request") from None
     return payload["matchtag"], raw, io.get("eof") is True
@@ -257,9 +259,7 @@ class OutputEncoder:
     __slots__ = ("_head", "_eof_only")
 
     def __init__(self, stream, rank, pid):
-        self._head = (
-            f'{{"type":"output","pid":{pid},"io":{{"stream":"{stream}","rank":"{rank}"'
-        )
+        self._head = f'{{"type":"output","pid":{pid},"io":{{"stream":"{stream}","rank":"{rank}"'
         self._eof_only = self._head + ',"eof":true}}'
 
     def data(self, chunk, eof=False):

@@ -53,7 +53,5 @@ class Registry:
     def by_sender(self, sender):
         """Every entry whose exec request or parked wait came from ``sender``."""
         return [
-            e
-            for e in self._by_unit.values()
-            if e.sender == sender or e.waiter_sender == sender
+            e for e in self._by_unit.values() if e.sender == sender or e.waiter_sender == sender
         ]

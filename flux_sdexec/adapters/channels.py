@@ -11,7 +11,6 @@ import syslog
 
 from flux.constants import FLUX_POLLIN, FLUX_POLLOUT
 
-
 READ_MAX = 1 << 20  # most bytes taken from one socket per readable event
 
 
@@ -191,4 +190,3 @@ class InputChannel:
 
     def stats(self):
         return {"local_fd": self.local_fd(), "remote_fd": self.remote_fd()}
-

@@ -176,8 +176,14 @@ class SdexecService:
                 if label is not None and self.registry.has_label(label):
                     raise RequestError(errno.EEXIST, f"label {label} is already tracked")
                 exec_start = props.get("ExecStart") or [(unit, [unit])]
-                proc = Proc(unit, list(exec_start[0][1]) or [unit], label=label,
-                            background=True, waitable=True, adopted=True)
+                proc = Proc(
+                    unit,
+                    list(exec_start[0][1]) or [unit],
+                    label=label,
+                    background=True,
+                    waitable=True,
+                    adopted=True,
+                )
                 t = Tracked(unit, proc, None)
                 self.registry.add(t)
                 self.bridge.watch(unit)
@@ -222,7 +228,9 @@ class SdexecService:
         elif kind is ResetFailedUnit:
             self._systemd(t, "reset-failed", self.bridge.reset_failed_unit, t.unit)
         elif kind is KillUnit:
-            self._systemd(t, f"kill main (signal {a.signum})", self.bridge.kill_unit, t.unit, a.signum)
+            self._systemd(
+                t, f"kill main (signal {a.signum})", self.bridge.kill_unit, t.unit, a.signum
+            )
         elif kind is ArmTimer:
             self._arm_timer(t, a.seconds)
         elif kind is CancelTimer:
@@ -360,7 +368,10 @@ class SdexecService:
             if not chunk:
                 return
             text = chunk.decode(errors="replace")
-            self.log(level, f"{proc.logname}[{proc.pid}]: {text[:-1] if text.endswith(chr(10)) else text}")
+            self.log(
+                level,
+                f"{proc.logname}[{proc.pid}]: {text[:-1] if text.endswith(chr(10)) else text}",
+            )
             if proc.retained is not None:
                 proc.retained.add(protocol.io_object(stream, rank, chunk, eof), len(chunk))
 
@@ -376,7 +387,9 @@ class SdexecService:
             if t is None:
                 raise RequestError(errno.ESRCH, "sdexec.write: subprocess no longer exists")
             if t.stdin is None:
-                raise RequestError(errno.EINVAL, "sdexec.write: stdin is closed for a background process")
+                raise RequestError(
+                    errno.EINVAL, "sdexec.write: stdin is closed for a background process"
+                )
             t.stdin.write(data, eof)
         except OSError as exc:
             self.log.error(str(exc))

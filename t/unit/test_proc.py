@@ -122,7 +122,9 @@ def test_first_inactive_signal_is_not_the_end():
 def test_stop_timer_escalation():
     """deactivating arms the timer: SIGTERM, then the configured signal, then EDEADLK."""
     proc = fg(stop_timer_sec=5, stop_signal=signal.SIGUSR1)
-    deactivating = [i for i, s in enumerate(signals("stop-timeout")) if s.get("ActiveState") == "deactivating"][0]
+    deactivating = [
+        i for i, s in enumerate(signals("stop-timeout")) if s.get("ActiveState") == "deactivating"
+    ][0]
     actions = replay(proc, "stop-timeout", until=deactivating + 1)
     assert actions[-1] == ArmTimer(5)
     assert proc.handle(StopTimerExpired()) == [KillUnit(signal.SIGTERM), ArmTimer(5)]
@@ -175,8 +177,14 @@ def test_background_logs_exit_and_never_sends_finished():
 
 
 def waitable():
-    return Proc("u.service", ["/bin/false"], label="L", background=True, waitable=True,
-                streams=("stdout", "stderr"))
+    return Proc(
+        "u.service",
+        ["/bin/false"],
+        label="L",
+        background=True,
+        waitable=True,
+        streams=("stdout", "stderr"),
+    )
 
 
 def finish(proc, name):
@@ -204,8 +212,9 @@ def test_waitable_unit_is_kept_as_record_then_collected():
     assert proc.state is ProcState.ZOMBIE
     waiter = object()
     assert proc.handle(WaitRequested(waiter)) == [
-        Respond({"status": 256, "output": [{"stream": "stdout", "rank": "0", "data": "x\n"}]},
-                to=waiter),
+        Respond(
+            {"status": 256, "output": [{"stream": "stdout", "rank": "0", "data": "x\n"}]}, to=waiter
+        ),
         StopUnit(),
         ResetFailedUnit(),
         Reap(),
@@ -223,15 +232,24 @@ def test_parked_waiter_answered_at_exit_and_survives_disconnect():
     second = object()
     proc.handle(WaitRequested(second))
     actions = replay(proc, "exit-1", until=until_failed("exit-1"))
-    assert actions[-4:] == [Respond({"status": 256}, to=second), StopUnit(), ResetFailedUnit(),
-                            Reap()]
+    assert actions[-4:] == [
+        Respond({"status": 256}, to=second),
+        StopUnit(),
+        ResetFailedUnit(),
+        Reap(),
+    ]
 
 
 def test_adopted_finished_unit_becomes_zombie_without_responses():
-    """A leftover unit found at load (GetAll shows active/exited) is collectable, answers nothing."""
+    """A leftover unit found at load (active/exited) is collectable and answers nothing."""
     proc = Proc("u.service", ["sh"], label="L", background=True, waitable=True, adopted=True)
-    props = {"ActiveState": "active", "SubState": "exited", "ExecMainPID": 9,
-             "ExecMainCode": 1, "ExecMainStatus": 4}
+    props = {
+        "ActiveState": "active",
+        "SubState": "exited",
+        "ExecMainPID": 9,
+        "ExecMainCode": 1,
+        "ExecMainStatus": 4,
+    }
     assert proc.handle(UnitChanged(props)) == [StartOutput(), Log(syslog.LOG_INFO, "L[9]: Exit 4")]
     assert proc.state is ProcState.ZOMBIE
     assert proc.handle(WaitRequested("w"))[0] == Respond({"status": 1024}, to="w")

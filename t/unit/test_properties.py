@@ -20,8 +20,16 @@ def props(**opts):
 
 @pytest.mark.parametrize(
     "text, value",
-    [("0", 0), ("512", 512), ("1k", 1024), ("1G", 1 << 30), ("1.5M", 3 << 19), ("0x10", 16),
-     ("010", 8), ("2E", 2 << 60)],
+    [
+        ("0", 0),
+        ("512", 512),
+        ("1k", 1024),
+        ("1G", 1 << 30),
+        ("1.5M", 3 << 19),
+        ("0x10", 16),
+        ("010", 8),
+        ("2E", 2 << 60),
+    ],
 )
 def test_parse_size(text, value):
     """Decimal, hex, octal and fractional sizes with 1024-based suffixes."""
@@ -109,7 +117,10 @@ def test_bare_prefix_and_other_options_ignored():
 def test_start_properties_order_and_defaults():
     """ExecStart, cwd, RemainAfterExit, Environment, fds, user props, then Type=exec."""
     got = start_properties(
-        ["/bin/echo", "hi"], "/tmp", ["A=1"], {"stdin": 5, "stdout": 6},
+        ["/bin/echo", "hi"],
+        "/tmp",
+        ["A=1"],
+        {"stdin": 5, "stdout": 6},
         {"SDEXEC_PROP_Description": "d"},
     )
     assert got == [

@@ -78,8 +78,14 @@ def test_negative_stop_timer_means_off():
 
 def test_unit_environment_filters_names():
     """FLUX_URI is set; () names and systemd's own variables are dropped."""
-    env = {"A": "1", "f()": "x", "1X": "y", "NOTIFY_SOCKET": "s", "INVOCATION_ID": "i",
-           "FLUX_URI": "old"}
+    env = {
+        "A": "1",
+        "f()": "x",
+        "1X": "y",
+        "NOTIFY_SOCKET": "s",
+        "INVOCATION_ID": "i",
+        "FLUX_URI": "old",
+    }
     assert protocol.unit_environment(env, "local:///x") == ["A=1", "FLUX_URI=local:///x"]
 
 
@@ -87,7 +93,8 @@ def test_output_encoder_utf8_binary_and_eof():
     """UTF-8 data is a JSON string; other bytes are base64; EOF-only has no data."""
     enc = protocol.OutputEncoder("stderr", "1", 42)
     assert json.loads(enc.data("é\x00\n".encode())) == {
-        "type": "output", "pid": 42,
+        "type": "output",
+        "pid": 42,
         "io": {"stream": "stderr", "rank": "1", "data": "é\x00\n"},
     }
     raw = json.loads(enc.data(b"\xff\xfe", eof=True))["io"]
@@ -98,8 +105,13 @@ def test_output_encoder_utf8_binary_and_eof():
 
 def test_parse_write():
     """stdin data is decoded (base64 too); other streams and bad payloads are refused."""
-    io = {"stream": "stdin", "rank": "0", "data": base64.b64encode(b"\x00x").decode(),
-          "encoding": "base64", "eof": True}
+    io = {
+        "stream": "stdin",
+        "rank": "0",
+        "data": base64.b64encode(b"\x00x").decode(),
+        "encoding": "base64",
+        "eof": True,
+    }
     assert protocol.parse_write({"matchtag": 3, "io": io}) == (3, b"\x00x", True)
     with pytest.raises(RequestError) as info:
         protocol.parse_write({"matchtag": 3, "io": {"stream": "stdout", "data": ""}})
@@ -113,7 +125,12 @@ def test_parse_kill_and_list_entry():
     assert protocol.parse_kill({"pid": -1, "signum": 9, "label": "L"}) == (-1, "L", 9)
     with pytest.raises(RequestError):
         protocol.parse_kill({"pid": 1, "signum": 0})
-    assert protocol.list_entry(7, "sh", None, True) == {"pid": 7, "cmd": "sh", "label": "", "state": "Z"}
+    assert protocol.list_entry(7, "sh", None, True) == {
+        "pid": 7,
+        "cmd": "sh",
+        "label": "",
+        "state": "Z",
+    }
 
 
 def test_wait_result_omits_empty_output():
