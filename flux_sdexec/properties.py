@@ -194,6 +194,7 @@ CONVERTERS = {
     "RuntimeMaxUSec": _usec,
     "SendSIGKILL": _boolean,
     "SendSIGHUP": _boolean,
+    "IgnoreSIGPIPE": _boolean,
     "CPUAccounting": _boolean,
     "MemoryAccounting": _boolean,
     "TasksAccounting": _boolean,
@@ -257,6 +258,11 @@ def start_properties(cmdline, cwd, environment, fds, opts):
             props.append((f"Standard{name}FileDescriptor", "h", fds[stream]))
     user = unit_properties(opts)
     props += user
-    if not any(name == "Type" for name, _, _ in user):
+    named = {name for name, _, _ in user}
+    if "Type" not in named:
         props.append(("Type", "s", "exec"))
+    if "IgnoreSIGPIPE" not in named:
+        # systemd's default, made explicit: if sdexec dies, writes to the dead stdio
+        # sockets fail with EPIPE instead of killing the process (README, crash recovery)
+        props.append(("IgnoreSIGPIPE", "b", True))
     return props

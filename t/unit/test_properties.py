@@ -115,7 +115,7 @@ def test_bare_prefix_and_other_options_ignored():
 
 
 def test_start_properties_order_and_defaults():
-    """ExecStart, cwd, RemainAfterExit, Environment, fds, user props, then Type=exec."""
+    """ExecStart, cwd, RemainAfterExit, Environment, fds, user props, Type, IgnoreSIGPIPE."""
     got = start_properties(
         ["/bin/echo", "hi"],
         "/tmp",
@@ -132,6 +132,7 @@ def test_start_properties_order_and_defaults():
         ("StandardOutputFileDescriptor", "h", 6),
         ("Description", "s", "d"),
         ("Type", "s", "exec"),
+        ("IgnoreSIGPIPE", "b", True),
     ]
 
 
