@@ -117,6 +117,7 @@ class SdexecService:
         self._bus_watcher = None
         self._watch_bus()
         self._pumping = False
+        self._retry = None
         self._adopt_leftovers()
 
     # ---- systemd side ----
@@ -138,21 +139,32 @@ class SdexecService:
         try:
             self.bridge.pump()
         except UnitError as exc:
-            if exc.errno != errno.ECONNRESET:
-                raise
-            self._reconnect()
+            if exc.errno == errno.ECONNRESET:
+                self._reconnect()
+            else:
+                self.log.error(f"bus: {exc}")
         except Exception as exc:  # keep the reactor alive whatever a callback did
             self.log.error(f"bus: {exc!r}")
         finally:
             self._pumping = False
 
-    def _reconnect(self):
+    def _reconnect(self, *args):
+        """Open the bus again and catch up on every tracked unit; retry each second."""
         self.log.error("lost connection to systemd, reconnecting")
-        self.bridge.reconnect()
+        self._bus_watcher.stop()
+        try:
+            self.bridge.reconnect()
+        except UnitError as exc:
+            self.log.error(f"reconnect: {exc}, retrying in 1s")
+            self._retry = self.h.timer_watcher_create(1.0, self._reconnect)
+            self._retry.start()
+            return
         self._watch_bus()
         for t in self.registry:
-            if t.proc.state not in (ProcState.ZOMBIE, ProcState.DONE):
+            try:
                 self._unit_changed(t.unit, self.bridge.get_unit_properties(t.unit))
+            except UnitError as exc:
+                self.log.error(f"{t.unit}: {exc}")
 
     def _unit_changed(self, unit, props):
         t = self.registry.by_unit(unit)
