@@ -1,7 +1,9 @@
 #!/bin/bash
 # Compare flux-core's C sdexec module with flux-sdexec's Python one.
 #
-# Usage: bench/compare.sh [bench.py options, e.g. --runs 40 --jobs 200 --json out.json]
+# Usage: bench/compare.sh [bench.py options, e.g. --runs 40 --jobs 200 --json out.json,
+#        --order ours,C, --rounds 2 (ABBA; raise BENCH_TIMEOUT), --profile ours (py-spy
+#        the module during one extra cat run; needs py-spy on PATH)]
 #
 # Starts ONE `flux start --test-size=2` instance with [exec] service = "sdexec" and, for each
 # module in turn (C first), loads it on both ranks (plus sdbus for C), measures launch latency,
@@ -39,14 +41,18 @@ flux_pid=
 cleanup() {
     rc=$?
     trap - EXIT INT TERM
-    if [ -n "$flux_pid" ] && kill -0 "$flux_pid" 2>/dev/null; then
-        echo "compare.sh: stopping the instance (pid $flux_pid)" >&2
-        kill -TERM "$flux_pid" 2>/dev/null || true
-        for _ in $(seq 1 100); do
-            kill -0 "$flux_pid" 2>/dev/null || break
+    # `timeout` leads its own process group: flux start, the brokers, bench.py and its clients.
+    if [ -n "$flux_pid" ] && kill -0 -- "-$flux_pid" 2>/dev/null; then
+        echo "compare.sh: stopping the instance (process group $flux_pid)" >&2
+        kill -TERM "$flux_pid" 2>/dev/null || true # timeout passes it on to flux start
+        for _ in $(seq 1 ${STOP_TIMEOUT:-45}0); do
+            kill -0 -- "-$flux_pid" 2>/dev/null || break
             sleep 0.1
         done
-        kill -KILL "$flux_pid" 2>/dev/null || true
+        if kill -0 -- "-$flux_pid" 2>/dev/null; then
+            echo "compare.sh: instance still up after ${STOP_TIMEOUT:-45}s, killing it" >&2
+            kill -KILL -- "-$flux_pid" 2>/dev/null || true
+        fi
     fi
     rm -rf "$tmp"
     exit "$rc"
@@ -77,6 +83,14 @@ with open(path, "wb") as f:
 EOF
 echo "compare.sh: $(stat -c %s "$tmp/lines.txt") bytes in $tmp/lines.txt" >&2
 
+# Which code is measured (the tree may be changing under us).
+echo "compare.sh: $(flux version | head -1 | tr -s ' \t' ' ')"
+echo "compare.sh: C module $C_MODULE sha256 $(sha256sum <"$C_MODULE" | cut -c1-12)"
+pkg=$(dirname "$(dirname "$PY_MODULE")")
+echo "compare.sh: ours $PY_MODULE; $(basename "$pkg")/*.py sha256" \
+    "$(find "$pkg" -name '*.py' -not -path '*/__pycache__/*' | sort | xargs cat | sha256sum |
+        cut -c1-12); git $(git -C "$top" describe --always --dirty 2>/dev/null || echo n/a)"
+
 echo "compare.sh: flux start --test-size=2 (timeout ${BENCH_TIMEOUT}s)" >&2
 timeout --kill-after=20 "$BENCH_TIMEOUT" \
     flux start --test-size=2 --config-path="$tmp/conf" \
@@ -92,7 +106,8 @@ flux_pid=
 
 left=$(systemctl --user list-units --all --no-legend --plain '*shell*' 2>/dev/null || true)
 if [ -n "$left" ]; then
-    echo "compare.sh: units named *shell* in the user manager after the run:" >&2
+    echo "compare.sh: units named *shell* in the user manager after the run (bench.py checked" \
+        "this run's jobs itself; these may belong to other Flux instances on the host):" >&2
     echo "$left" >&2
 fi
 exit $rc
