@@ -209,9 +209,18 @@ class Proc:
             out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT))
         if self.waiter is not None:
             out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT, to=self.waiter))
-        if not self.status.gone:
-            out += [StopUnit(), ResetFailedUnit()]
+        out += self._let_go()
         return S.DONE
+
+    def _let_go(self):
+        """The calls that make systemd forget a unit that is still loaded."""
+        if self.status.gone:
+            return []
+        if self.status.active_state == "failed":
+            return [ResetFailedUnit()]
+        if self.status.state == "active.exited":
+            return [StopUnit()]
+        return [StopUnit(), ResetFailedUnit()]  # still running: it may end up failed
 
     # ---- helpers ----
 
@@ -286,6 +295,5 @@ class Proc:
         else:
             result = protocol.wait_result(self.status.wait_status, self.retained.items)
             out.append(Respond(result, to=waiter))
-        if not self.status.gone:
-            out += [StopUnit(), ResetFailedUnit()]
+        out += self._let_go()
         return S.DONE

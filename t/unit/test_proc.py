@@ -200,7 +200,7 @@ def until_failed(name):
 
 def test_waitable_unit_is_kept_as_record_then_collected():
     """A finished waitable process is a ZOMBIE whose unit stays loaded (no ResetFailedUnit)
-    until a wait collects status and output; then the unit is stopped and reset."""
+    until a wait collects status and output; then the failed unit is reset."""
     proc = waitable()
     proc.retained.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
     pid = pid_of("exit-1")
@@ -215,7 +215,6 @@ def test_waitable_unit_is_kept_as_record_then_collected():
         Respond(
             {"status": 256, "output": [{"stream": "stdout", "rank": "0", "data": "x\n"}]}, to=waiter
         ),
-        StopUnit(),
         ResetFailedUnit(),
         Reap(),
     ]
@@ -232,6 +231,7 @@ def test_parked_waiter_answered_at_exit_and_survives_disconnect():
     second = object()
     proc.handle(WaitRequested(second))
     actions = replay(proc, "exit-1", until=until_failed("exit-1"))
+    # answered on the Service signal with the status, before systemd reports failed/failed
     assert actions[-4:] == [
         Respond({"status": 256}, to=second),
         StopUnit(),
