@@ -1,0 +1,302 @@
+#!/bin/sh
+
+test_description='flux exec --service sdexec runs commands as systemd units
+
+Runs under flux start --test-size=2 with our conf.d/sdexec.toml, so rc1
+loads our Python sdexec. Covers exit codes, byte-exact stdio, the unit
+environment and properties, option errors, the stop timer, signals and
+disconnects, stats, config reload, module reload and access control.'
+
+. "$(dirname "$0")/sharness-sdexec.sh"
+
+sdexec_under_flux 2
+
+command -v jq >/dev/null 2>&1 && test_set_prereq JQ
+
+# unit NAME: an SDEXEC_NAME inside this instance's glob, so the final check
+# also covers units named by the tests.
+unit() {
+	echo "$1:$SDEXEC_INSTANCE.service"
+}
+
+# A command that keeps running and says "ready" on stderr. Output is sent
+# only after "started", so once the client has written it (stderr is not
+# buffered) the client knows the pid and forwards signals.
+ready_then_sleep='echo ready >&2; exec sleep 120'
+
+test_expect_success 'rc1 loaded our sdexec module on every rank' '
+	flux module list -l >modules.0 &&
+	flux exec -r 1 flux module list -l >modules.1 &&
+	grep "^sdexec .* $SDEXEC_MODULE\$" modules.0 &&
+	grep "^sdexec .* $SDEXEC_MODULE\$" modules.1
+'
+test_expect_success 'our module logged its unit naming when it loaded' '
+	flux dmesg >dmesg.0 &&
+	grep "sdexec.info\[0\]: units named <label>:$SDEXEC_INSTANCE.service" dmesg.0 &&
+	flux exec -r 1 flux dmesg >dmesg.1 &&
+	grep "sdexec.info\[1\]: units named <label>:$SDEXEC_INSTANCE.service" dmesg.1
+'
+test_expect_success 'true succeeds on all ranks' '
+	$sdexec true
+'
+test_expect_success 'false fails with exit code 1' '
+	test_expect_code 1 $sdexec -r 0 false &&
+	test_expect_code 1 $sdexec -r 1 false
+'
+test_expect_success 'exit codes 3 and 255 pass through' '
+	test_expect_code 3 $sdexec -r 0 sh -c "exit 3" &&
+	test_expect_code 255 $sdexec -r 1 sh -c "exit 255"
+'
+test_expect_success 'a missing command exits 127 naming the systemd error' '
+	test_expect_code 127 $sdexec -r 0 /nonexistent/command 2>missing.err &&
+	test_debug "cat missing.err" &&
+	grep "/nonexistent/command: unit process could not be started (systemd error 203" \
+		missing.err
+'
+test_expect_success 'stdout and stderr are delivered byte for byte' '
+	printf "out one\n\tout  two \n" >expected.out &&
+	printf "err one\nerr two\n" >expected.err &&
+	$sdexec -r 1 sh -c "cat expected.out; cat expected.err >&2" \
+		>actual.out 2>actual.err &&
+	test_cmp expected.out actual.out &&
+	test_cmp expected.err actual.err
+'
+test_expect_success 'non-UTF-8 output survives' '
+	printf "\377\376" >binary.expected &&
+	$sdexec -r 0 printf "\377\376" >binary.out &&
+	cmp binary.expected binary.out
+'
+# NUL bytes are left out: flux exec prints output with "%.*s" and stops at
+# a NUL, with flux-core's own rexec service as well.
+test_expect_success 'random binary data survives stdout' '
+	head -c 200000 /dev/urandom | tr -d "\\000" >random.bin &&
+	$sdexec -r 1 cat random.bin >random.out &&
+	cmp random.bin random.out
+'
+test_expect_success '10000 lines of stdout arrive complete and in order' '
+	seq 10000 >seq.expected &&
+	$sdexec -r 0 seq 10000 >seq.out &&
+	test_cmp seq.expected seq.out
+'
+test_expect_success 'stdin is delivered to the unit' '
+	seq 1000 >stdin.expected &&
+	$sdexec -r 1 cat <stdin.expected >stdin.out &&
+	test_cmp stdin.expected stdin.out
+'
+test_expect_success 'binary stdin round-trips' '
+	$sdexec -r 0 cat <random.bin >random-stdin.out &&
+	cmp random.bin random-stdin.out
+'
+test_expect_success 'a long line without newline at EOF survives' '
+	head -c 300000 /dev/zero | tr "\0" x >long.expected &&
+	$sdexec -r 0 cat long.expected >long.out &&
+	cmp long.expected long.out
+'
+test_expect_success 'lines followed by a partial line survive' '
+	{ seq 3 && printf "no newline"; } >partial.expected &&
+	$sdexec -r 1 cat partial.expected >partial.out &&
+	cmp partial.expected partial.out
+'
+test_expect_success 'stdout_LINE_BUFFER=false delivers identical bytes' '
+	$sdexec -r 0 --setopt=stdout_LINE_BUFFER=false seq 10000 >raw.out &&
+	test_cmp seq.expected raw.out &&
+	$sdexec -r 0 --setopt=stdout_LINE_BUFFER=false \
+		cat partial.expected >raw-partial.out &&
+	cmp partial.expected raw-partial.out
+'
+test_expect_success 'FLUX_URI in the unit is the local broker URI' '
+	$sdexec -r 0 printenv FLUX_URI >uri.0 &&
+	$sdexec -r 1 printenv FLUX_URI >uri.1 &&
+	flux getattr local-uri >local-uri.0 &&
+	flux exec -r 1 flux getattr local-uri >local-uri.1 &&
+	test_cmp local-uri.0 uri.0 &&
+	test_cmp local-uri.1 uri.1 &&
+	! test_cmp uri.0 uri.1
+'
+test_expect_success 'environment names containing () are dropped' '
+	env "BAD_FUNC()=x" SDEXEC_TEST_VAR=kept $sdexec -r 0 env >env.out &&
+	grep "^SDEXEC_TEST_VAR=kept\$" env.out &&
+	! grep "BAD_FUNC" env.out
+'
+test_expect_success 'SDEXEC_PROP_MemoryHigh=1G is set on the unit' '
+	name=$(unit memhigh) &&
+	$sdexec -r 0 --setopt=SDEXEC_NAME=$name \
+		--setopt=SDEXEC_PROP_MemoryHigh=1G \
+		systemctl --user show -p MemoryHigh $name >memhigh.out &&
+	echo MemoryHigh=1073741824 >memhigh.expected &&
+	test_cmp memhigh.expected memhigh.out
+'
+test_expect_success 'a bad MemoryHigh value fails naming the option' '
+	test_must_fail $sdexec -r 0 --setopt=SDEXEC_PROP_MemoryHigh=zzz \
+		true 2>memzzz.err &&
+	grep "SDEXEC_PROP_MemoryHigh: error setting property" memzzz.err
+'
+test_expect_success 'a bad KillMode value fails naming the option' '
+	test_must_fail $sdexec -r 1 --setopt=SDEXEC_PROP_KillMode=zzz \
+		true 2>killmode.err &&
+	grep "SDEXEC_PROP_KillMode: error setting property" killmode.err
+'
+test_expect_success 'a bad AllowedCPUs value fails naming the option' '
+	test_must_fail $sdexec -r 0 --setopt=SDEXEC_PROP_AllowedCPUs=x \
+		true 2>cpus.err &&
+	grep "SDEXEC_PROP_AllowedCPUs: error setting property" cpus.err
+'
+test_expect_success 'an unknown SDEXEC_ option fails naming it' '
+	test_must_fail $sdexec -r 0 --setopt=SDEXEC_FOO=1 true 2>foo.err &&
+	grep "SDEXEC_FOO" foo.err
+'
+test_expect_success 'SDEXEC_NAME that is not a unit name is rejected' '
+	test_must_fail $sdexec -r 0 --setopt=SDEXEC_NAME=bad/name.service \
+		true 2>badname.err &&
+	grep "invalid unit name" badname.err
+'
+
+# Stop timer. The unit stops by itself after RuntimeMaxUSec (1s), systemd
+# sends SIGTERM and, with TimeoutStopUSec=infinity, never escalates; so a
+# process ignoring SIGTERM keeps the unit deactivating until sdexec's stop
+# timer (armed on deactivating) acts: SIGTERM, then SIGKILL (or
+# SDEXEC_STOP_TIMER_SIGNAL), then EDEADLK.
+stop_opts="--setopt=SDEXEC_PROP_RuntimeMaxUSec=1000000 \
+	--setopt=SDEXEC_PROP_TimeoutStopUSec=infinity"
+
+test_expect_success 'without a stop timer a TERM-ignoring unit stays deactivating' '
+	name=$(unit nostoptimer) &&
+	{ $sdexec -r 0 --setopt=SDEXEC_NAME=$name $stop_opts \
+		sh -c "trap \"\" TERM; $ready_then_sleep" 2>nostop.out & } &&
+	pid=$! &&
+	sdexec_wait_for_file nostop.out &&
+	sdexec_wait_until sdexec_unit_is $name deactivating &&
+	systemctl --user kill --signal=KILL $name &&
+	test_expect_code 137 wait $pid
+'
+test_expect_success 'stop timer sends SIGTERM, then SIGKILL' '
+	name=$(unit stoptimer) &&
+	test_expect_code 137 timeout 60 \
+		$sdexec -r 1 --setopt=SDEXEC_NAME=$name $stop_opts \
+		--setopt=SDEXEC_PROP_KillMode=process \
+		--setopt=SDEXEC_STOP_TIMER_SEC=1 \
+		sh -c "trap \"echo TERM >>terms\" TERM; while :; do sleep 0.1; done" &&
+	printf "TERM\nTERM\n" >terms.expected &&
+	test_cmp terms.expected terms
+'
+test_expect_success 'SDEXEC_STOP_TIMER_SIGNAL replaces SIGKILL' '
+	test_expect_code 138 timeout 60 \
+		$sdexec -r 0 $stop_opts \
+		--setopt=SDEXEC_STOP_TIMER_SEC=1 \
+		--setopt=SDEXEC_STOP_TIMER_SIGNAL=10 \
+		sh -c "trap \"\" TERM; exec sleep 120"
+'
+test_expect_success 'stop timer gives up with EDEADLK when the unit will not stop' '
+	name=$(unit deadlock) &&
+	test_when_finished "systemctl --user kill --signal=KILL $name" &&
+	test_must_fail timeout 60 $sdexec -r 0 --setopt=SDEXEC_NAME=$name \
+		--setopt=SDEXEC_PROP_TimeoutStopUSec=infinity \
+		--setopt=SDEXEC_STOP_TIMER_SEC=1 \
+		sh -c "trap \"\" TERM; sleep 120 >/dev/null 2>&1 & exit 0" \
+		2>deadlock.err &&
+	test_debug "cat deadlock.err" &&
+	grep "SIGKILL timeout, unit may still be active" deadlock.err &&
+	test "$(sdexec_unit_state $name)" = deactivating
+'
+test_expect_success 'the abandoned unit goes away once its process is killed' '
+	sdexec_wait_unit_gone $(unit deadlock)
+'
+
+test_expect_success 'SIGTERM to flux exec is forwarded to the unit' '
+	{ $sdexec -r 1 sh -c "$ready_then_sleep" 2>sigterm.out & } &&
+	pid=$! &&
+	sdexec_wait_for_file sigterm.out &&
+	kill -TERM $pid &&
+	test_expect_code 143 wait $pid
+'
+test_expect_success 'a disconnected client has its unit stopped' '
+	name=$(unit disconnect) &&
+	{ $sdexec -r 1 --setopt=SDEXEC_NAME=$name sh -c "$ready_then_sleep" \
+		2>disconnect.out & } &&
+	pid=$! &&
+	sdexec_wait_for_file disconnect.out &&
+	test "$(sdexec_unit_state $name)" = active &&
+	kill -9 $pid &&
+	sdexec_wait_unit_gone $name
+'
+test_expect_success JQ 'module stats list a running unit' '
+	name=$(unit stats) &&
+	{ $sdexec -r 0 --setopt=SDEXEC_NAME=$name sh -c "$ready_then_sleep" \
+		2>stats.out & } &&
+	pid=$! &&
+	sdexec_wait_for_file stats.out &&
+	flux module stats sdexec >stats.json &&
+	test_debug "cat stats.json" &&
+	jq -e --arg u "$name" ".procs[\$u].state == \"active.running\"" stats.json &&
+	kill -TERM $pid &&
+	test_expect_code 143 wait $pid &&
+	flux module stats sdexec >stats-after.json &&
+	jq -e --arg u "$name" ".procs[\$u] == null" stats-after.json
+'
+# set_sdexec_debug VALUE: edit sdexec-debug in the instance's config file.
+set_sdexec_debug() {
+	sed -i "s/^sdexec-debug *=.*/sdexec-debug = $1/" "$SDEXEC_CONF_DIR/sdexec.toml" &&
+	grep -q "^sdexec-debug = $1\$" "$SDEXEC_CONF_DIR/sdexec.toml"
+}
+restore_config() {
+	set_sdexec_debug false && flux config reload
+}
+
+test_expect_success 'config reload rejects a non-boolean sdexec-debug' '
+	test_when_finished restore_config &&
+	set_sdexec_debug 42 &&
+	test_must_fail flux config reload 2>reload.err &&
+	test_debug "cat reload.err" &&
+	grep "Expected true or false" reload.err &&
+	$sdexec -r 0 true
+'
+test_expect_success 'sdexec works after the failed reload was reverted' '
+	$sdexec true
+'
+test_expect_success 'config reload can turn on sdexec-debug' '
+	name=$(unit debug) &&
+	test_when_finished restore_config &&
+	set_sdexec_debug true &&
+	flux config reload &&
+	$sdexec -r 0 --setopt=SDEXEC_NAME=$name true &&
+	flux dmesg | grep "sdexec.debug\[0\]: start $name"
+'
+test_expect_success 'flux module reload of our module path keeps it working' '
+	flux module reload $SDEXEC_MODULE &&
+	flux module list -l | grep "^sdexec .* $SDEXEC_MODULE\$" &&
+	test $(flux dmesg | grep -c "sdexec.info\[0\]: units named") -ge 2 &&
+	$sdexec -r 0 true
+'
+test_expect_success 'flux module remove and load work on rank 1' '
+	flux exec -r 1 flux module remove sdexec &&
+	test_must_fail $sdexec -r 1 true &&
+	flux exec -r 1 flux module load $SDEXEC_MODULE &&
+	flux exec -r 1 flux module list -l | grep "^sdexec .* $SDEXEC_MODULE\$" &&
+	$sdexec -r 1 true
+'
+test_expect_success 'a guest gets EPERM from every sdexec request' '
+	(
+		export FLUX_HANDLE_USERID=$(($(id -u) + 1)) &&
+		export FLUX_HANDLE_ROLEMASK=0x2 &&
+		test_expect_code 126 $sdexec -r 0 true 2>guest-exec.err &&
+		test_must_fail $sproc_ps -r 0 2>guest-ps.err &&
+		test_must_fail $sproc_kill -r 0 15 1 2>guest-kill.err &&
+		test_must_fail flux module stats sdexec 2>guest-stats.err
+	) &&
+	test_debug "cat guest-*.err" &&
+	grep "owner credentials" guest-exec.err &&
+	grep "Errno 1\]" guest-ps.err &&
+	grep "Errno 1\]" guest-kill.err &&
+	grep "owner credentials" guest-stats.err
+'
+test_expect_success 'the owner is still allowed after the guest attempts' '
+	$sdexec -r 0 true
+'
+test_expect_success 'a request routed from rank 1 to rank 0 is refused' '
+	test_expect_code 126 flux exec -r 1 $sdexec -r 0 true 2>remote.err &&
+	grep "Remote sdexec requests are not allowed on rank 0" remote.err
+'
+test_expect_success 'no unit of this instance is left' '
+	sdexec_check_no_units
+'
+test_done

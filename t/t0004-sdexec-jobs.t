@@ -1,0 +1,218 @@
+#!/bin/sh
+
+test_description='Flux jobs run through our sdexec with the default bulk-exec method
+
+Runs under flux start --test-size=2 with our conf.d/sdexec.toml plus
+[exec] service = "sdexec", so job-exec starts every job shell as a systemd
+transient unit named shell-<rank>-<f58plain jobid>.service (bulk-exec sets
+SDEXEC_NAME). Covers 1- and 2-node jobs, stdout, exit codes, a missing
+command, cancel, flux job kill, a time limit, exec.sdexec-properties, 200
+short jobs and 20 2-node jobs, and checks that no unit is left behind.
+t0005 runs the same jobs with exec.method = "bgexec".'
+
+. "$(dirname "$0")/sharness-sdexec.sh"
+
+# First run only (outside Flux): add the job-exec settings to the config
+# directory sdexec_under_flux renders conf.d/sdexec.toml into, before it
+# starts the instance. A test below checks that they took effect.
+if test -z "$SDEXEC_UNDER_FLUX"; then
+	mkdir -p "$SHARNESS_TRASH_DIRECTORY/conf" &&
+	cat >"$SHARNESS_TRASH_DIRECTORY/conf/exec.toml" <<-EOF
+	[exec]
+	service = "sdexec"
+
+	[exec.sdexec-properties]
+	MemoryHigh = "200M"
+	EOF
+fi
+
+sdexec_under_flux 2 jobs
+
+T=$SDEXEC_WAIT_TIMEOUT
+
+# run ARGS: flux run, bounded (exit 124 if it hangs).
+run() {
+	timeout --kill-after=5 "$T" flux run "$@"
+}
+# f58 ID: the job ID as it appears in unit names.
+f58() {
+	flux job id --to=f58plain "$1"
+}
+# shell_unit RANK ID: the unit bulk-exec names the job shell of ID on RANK.
+shell_unit() {
+	echo "shell-$1-$(f58 "$2").service"
+}
+# wait_start ID / wait_clean ID: bounded waits on the job eventlog.
+wait_start() {
+	flux job wait-event -q -t "$T" "$1" start
+}
+wait_clean() {
+	flux job wait-event -q -t "$T" "$1" clean
+}
+# has_exception ID TYPE: the job's eventlog has an exception of TYPE.
+has_exception() {
+	flux job eventlog "$1" >eventlog.out &&
+	test_debug "cat eventlog.out" &&
+	grep "exception type=\"$2\"" eventlog.out
+}
+# unit_active UNIT / units_gone UNIT...: systemd's view of job shell units.
+unit_active() {
+	test "$(systemctl --user show -p ActiveState --value "$1")" = active
+}
+units_gone() {
+	for u in "$@"; do
+		sdexec_unit_gone "$u" || return 1
+	done
+}
+
+test_expect_success 'job-exec runs job shells with sdexec and bulk-exec' '
+	flux config get | jq -e ".exec.service == \"sdexec\"" &&
+	flux module stats job-exec >job-exec.stats &&
+	jq -e ".method == \"bulk-exec\"" job-exec.stats &&
+	jq -e ".config.exec_service == \"sdexec\"" job-exec.stats
+'
+test_expect_success 'our sdexec is the module loaded on both ranks' '
+	flux exec -r all flux module list -l >modules.out &&
+	test $(grep -c "^sdexec .* $SDEXEC_MODULE\$" modules.out) -eq 2
+'
+test_expect_success '1-node job: flux run hostname prints the hostname' '
+	hostname >hostname.expected &&
+	run -N1 hostname >hostname.out &&
+	test_cmp hostname.expected hostname.out
+'
+test_expect_success '1-node job shell runs in its shell-0-<jobid> unit' '
+	id=$(flux submit -N1 cat /proc/self/cgroup) &&
+	timeout "$T" flux job attach $id >cgroup.out &&
+	test_debug "cat cgroup.out" &&
+	grep -E "^(0::|[0-9]+:name=systemd:)/" cgroup.out >cgroup.v2 &&
+	grep -F "/$(shell_unit 0 $id)" cgroup.v2
+'
+test_expect_success '2-node job runs a task on each rank' '
+	printf "0\n1\n" >ranks.expected &&
+	run -N2 -n2 flux getattr rank | sort >ranks.out &&
+	test_cmp ranks.expected ranks.out
+'
+test_expect_success '2-node job shells run in shell-<rank>-<jobid> units' '
+	id=$(flux submit -N2 -n2 cat /proc/self/cgroup) &&
+	timeout "$T" flux job attach $id >cgroup2.out &&
+	test_debug "cat cgroup2.out" &&
+	grep -E "^(0::|[0-9]+:name=systemd:)/" cgroup2.out >cgroup2.v2 &&
+	grep -F "/$(shell_unit 0 $id)" cgroup2.v2 &&
+	grep -F "/$(shell_unit 1 $id)" cgroup2.v2
+'
+test_expect_success 'flux job attach of a submitted job gets its stdout and stderr' '
+	id=$(flux submit sh -c "echo to stdout; echo to stderr >&2") &&
+	timeout "$T" flux job attach $id >attach.out 2>attach.err &&
+	echo to stdout >attach.expected-out &&
+	echo to stderr >attach.expected-err &&
+	test_cmp attach.expected-out attach.out &&
+	test_cmp attach.expected-err attach.err
+'
+test_expect_success 'flux run false exits 1' '
+	test_expect_code 1 run false
+'
+test_expect_success 'flux run sh -c "exit 3" exits 3' '
+	test_expect_code 3 run sh -c "exit 3"
+'
+test_expect_success '2-node job exits with its highest task exit code' '
+	test_expect_code 5 run -N2 -n2 \
+		sh -c "exit \$((FLUX_TASK_RANK == 1 ? 5 : 2))"
+'
+test_expect_success 'a missing command exits 127 with an exec exception naming it' '
+	test_expect_code 127 run /nonexistent/cmd 2>missing.err &&
+	test_debug "cat missing.err" &&
+	grep "/nonexistent/cmd" missing.err &&
+	has_exception $(flux job last) exec &&
+	grep "/nonexistent/cmd" eventlog.out
+'
+test_expect_success 'flux cancel ends a running job with a cancel exception' '
+	id=$(flux submit sleep 300) &&
+	wait_start $id &&
+	unit_active $(shell_unit 0 $id) &&
+	flux cancel $id &&
+	wait_clean $id &&
+	has_exception $id cancel &&
+	test_expect_code 143 flux job status $id &&
+	sdexec_wait_until units_gone $(shell_unit 0 $id)
+'
+test_expect_success 'flux job kill -s SIGUSR1 ends a 2-node job with that signal' '
+	id=$(flux submit -N2 -n2 sleep 300) &&
+	wait_start $id &&
+	unit_active $(shell_unit 0 $id) &&
+	unit_active $(shell_unit 1 $id) &&
+	flux job kill -s SIGUSR1 $id &&
+	wait_clean $id &&
+	test_expect_code 138 flux job status $id &&
+	sdexec_wait_until units_gone $(shell_unit 0 $id) $(shell_unit 1 $id)
+'
+test_expect_success 'a 1s time limit ends the job with a timeout exception' '
+	id=$(flux submit -t 1s sleep 300) &&
+	wait_start $id &&
+	wait_clean $id &&
+	has_exception $id timeout &&
+	test_expect_code 142 flux job status $id &&
+	sdexec_wait_until units_gone $(shell_unit 0 $id)
+'
+test_expect_success 'exec.sdexec-properties MemoryHigh=200M reaches both shell units' '
+	id=$(flux submit -N2 -n2 sleep 300) &&
+	wait_start $id &&
+	for r in 0 1; do
+		u=$(shell_unit $r $id) &&
+		unit_active $u &&
+		systemctl --user show -p MemoryHigh --value $u >memhigh.$r &&
+		test_debug "cat memhigh.$r" &&
+		echo 209715200 >memhigh.expected &&
+		test_cmp memhigh.expected memhigh.$r || return 1
+	done &&
+	flux cancel $id &&
+	wait_clean $id
+'
+test_expect_success '200 short jobs all complete' '
+	flux submit --cc=1-200 true >volume.ids &&
+	test $(wc -l <volume.ids) -eq 200 &&
+	flux queue drain -t 150s &&
+	flux jobs -n -o "{result}" $(cat volume.ids) | sort | uniq -c >volume.out &&
+	test_debug "cat volume.out" &&
+	echo "    200 COMPLETED" >volume.expected &&
+	test_cmp volume.expected volume.out
+'
+test_expect_success '20 2-node jobs all complete' '
+	flux submit -N2 -n2 --cc=1-20 true >volume2.ids &&
+	test $(wc -l <volume2.ids) -eq 20 &&
+	flux queue drain -t 60s &&
+	flux jobs -n -o "{result}" $(cat volume2.ids) | sort | uniq -c >volume2.out &&
+	test_debug "cat volume2.out" &&
+	echo "     20 COMPLETED" >volume2.expected &&
+	test_cmp volume2.expected volume2.out
+'
+test_expect_success 'every job ended as intended' '
+	flux jobs -a -c 0 -n -o "{result}" | sort | uniq -c >results.out &&
+	test_debug "cat results.out" &&
+	cat >results.expected <<-EOF &&
+	      2 CANCELED
+	    225 COMPLETED
+	      5 FAILED
+	      1 TIMEOUT
+	EOF
+	test_cmp results.expected results.out
+'
+# no_job_units_left: no shell unit, whatever its state, is named after a job
+# of this instance (bulk-exec unit names carry no instance name).
+no_job_units_left() {
+	flux jobs -a -c 0 -n -o "{id.f58plain}" >alljobs.ids &&
+	systemctl --user list-units --all --plain --no-legend "shell-*" >shell-units.out &&
+	! grep -F -f alljobs.ids shell-units.out
+}
+test_expect_success 'no shell unit of any job of this instance is left' '
+	sdexec_wait_until no_job_units_left &&
+	test $(wc -l <alljobs.ids) -eq 233
+'
+test_expect_success 'no unit of this instance is left and sdexec tracks nothing' '
+	sdexec_check_no_units &&
+	for r in 0 1; do
+		flux exec -r $r flux module stats sdexec >stats.$r &&
+		jq -e ".procs == {}" stats.$r || return 1
+	done
+'
+
+test_done
