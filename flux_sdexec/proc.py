@@ -102,9 +102,14 @@ class Proc:
         return self.waitable and self._started_sent
 
     @property
+    def visible(self):
+        """Listed and found by pid or label (a releasing process is only being let go)."""
+        return self.state is not S.RELEASING
+
+    @property
     def owes_exec_response(self):
         """The exec request still waits for a (terminal) response."""
-        if self.state in (S.DONE, S.ZOMBIE):
+        if self.state in (S.DONE, S.ZOMBIE, S.RELEASING):
             return False
         return not self.background or not self._started_sent
 
@@ -134,6 +139,9 @@ class Proc:
         if not st.update(event.props):
             return self.state
         state = self.state
+        if state is S.RELEASING:
+            out += self._let_go()
+            return S.DONE if st.gone else S.RELEASING
         if self.stage is not StopStage.IDLE and st.active_state != "deactivating":
             self.stage = StopStage.IDLE
             out.append(CancelTimer())
@@ -209,18 +217,23 @@ class Proc:
             out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT))
         if self.waiter is not None:
             out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT, to=self.waiter))
-        out += self._let_go()
+        out += self._let_go()  # the adapter sees the stop through within a grace period
         return S.DONE
 
     def _let_go(self):
-        """The calls that make systemd forget a unit that is still loaded."""
-        if self.status.gone:
-            return []
-        if self.status.active_state == "failed":
+        """The next call that makes systemd forget a still loaded unit, if one is due.
+
+        StopUnit only starts a stop: a unit that then ends failed needs a
+        ResetFailedUnit later, so RELEASING keeps calling this on each change.
+        """
+        st = self.status
+        if st.active_state == "failed" and not self._reset_sent:
+            self._reset_sent = True
             return [ResetFailedUnit()]
-        if self.status.state == "active.exited":
+        if st.active_state in ("active", "activating") and not self._stop_sent:
+            self._stop_sent = True
             return [StopUnit()]
-        return [StopUnit(), ResetFailedUnit()]  # still running: it may end up failed
+        return []
 
     # ---- helpers ----
 
@@ -286,6 +299,9 @@ class Proc:
         if self.waiter is not None:
             waiter, self.waiter = self.waiter, None
             return self._collect(waiter, out)
+        if self.stage is not StopStage.IDLE:
+            self.stage = StopStage.IDLE  # its status is known: nothing left to escalate
+            out.append(CancelTimer())
         return S.ZOMBIE
 
     def _collect(self, waiter, out):
@@ -296,4 +312,4 @@ class Proc:
             result = protocol.wait_result(self.status.wait_status, self.retained.items)
             out.append(Respond(result, to=waiter))
         out += self._let_go()
-        return S.DONE
+        return S.DONE if self.status.gone else S.RELEASING

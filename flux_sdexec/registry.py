@@ -30,9 +30,12 @@ class Registry:
     def find(self, pid, label):
         """The entry with ``label`` if one is given, else the one whose pid is ``pid``.
 
-        pid -1 ("not known yet") never matches, unlike flux-core.
+        pid -1 ("not known yet") never matches, unlike flux-core. A process that is
+        only being let go is not found.
         """
         for entry in self._by_unit.values():
+            if not entry.proc.visible:
+                continue
             if label is not None:
                 if entry.proc.label == label:
                     return entry
@@ -41,7 +44,7 @@ class Registry:
         return None
 
     def has_label(self, label):
-        return any(e.proc.label == label for e in self._by_unit.values())
+        return any(e.proc.label == label and e.proc.visible for e in self._by_unit.values())
 
     def by_request(self, sender, matchtag):
         """The entry whose exec request came from ``sender`` with ``matchtag``."""

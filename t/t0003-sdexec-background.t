@@ -226,16 +226,14 @@ test_expect_success 'a wait gets the error of a unit that failed after start' '
 	grep "Errno 35\] SIGKILL timeout, unit may still be active" deadlk.err &&
 	flux dmesg | grep "sdexec.err\[0\]: deadlk\[.*\]: SIGKILL timeout"
 '
-# BUG (proc.py/states.py): a waitable process becomes ZOMBIE as soon as its
-# exit status is known, but its stop timer stays armed (Reap happens only at
-# DONE) and (ZOMBIE, StopTimerExpired) is not in TRANSITIONS, so the next
-# expiry logs "StopTimerExpired: InvalidTransition(... in ZOMBIE)" at LOG_ERR
-# and the EDEADLK of a unit stuck in deactivating is never reported.
+# A waitable process becomes ZOMBIE as soon as its exit status is known; its
+# stop timer must be cancelled then (nothing is left to escalate), so no later
+# expiry may hit the state machine in ZOMBIE (once an InvalidTransition bug).
 # Here the stop timer's SIGKILL (2nd expiry) ends the main process while a
 # TERM-ignoring child keeps the unit deactivating; a second process started
 # just after it, whose 3rd expiry is logged ("abandoning"), tells the test
 # when the first one's 3rd expiry is over.
-test_expect_failure 'a stop timer outliving a waitable process logs no internal error' '
+test_expect_success 'a stop timer outliving a waitable process logs no internal error' '
 	test_when_finished "kill_unit $(unit zombietimer 0); kill_unit $(unit marker 0)" &&
 	$sdexec -r 0 --bg --waitable --label=zombietimer $stubborn_opts \
 		sh -c "trap \"\" TERM; sleep 120 >/dev/null 2>&1 & exec sleep 120" &&
@@ -300,13 +298,11 @@ test_expect_success 'load sdexec again on rank 1' '
 	flux exec -r 1 flux module load $SDEXEC_MODULE &&
 	$sdexec -r 1 true
 '
-# BUG (proc.py _on_Unloading, likewise _collect): StopUnit is asynchronous,
-# and ResetFailedUnit is sent right behind it. A unit that takes time to
-# stop (its process ignores SIGTERM, so systemd SIGKILLs it after
-# TimeoutStopUSec) ends "failed" after that, and nobody resets it: the
-# unit stays loaded in the instance glob although unload "stops this
-# instance's units".
-test_expect_failure 'module remove leaves no unit of a TERM-ignoring process' '
+# StopUnit only starts a stop: a unit whose process ignores SIGTERM ends
+# "failed" after systemd SIGKILLs it (TimeoutStopUSec). Unload must still see
+# it through (bounded grace, then SIGKILL, then ResetFailedUnit) so that no
+# unit of the instance stays loaded.
+test_expect_success 'module remove leaves no unit of a TERM-ignoring process' '
 	u=$(unit stubborn 1) &&
 	test_when_finished "kill_unit $u; flux exec -r 1 flux module load $SDEXEC_MODULE" &&
 	$sdexec -r 1 --bg --waitable --label=stubborn \
@@ -317,10 +313,11 @@ test_expect_failure 'module remove leaves no unit of a TERM-ignoring process' '
 	test_debug "systemctl --user list-units --all --plain --no-legend $u" &&
 	sdexec_unit_gone $u
 '
-# Same bug after a wait: the waitable process exited but left a child that
-# ignores SIGTERM; collecting its status stops the unit, systemd SIGKILLs
-# the child after TimeoutStopUSec, the unit ends "failed" and stays loaded.
-test_expect_failure 'a collected unit with a TERM-ignoring child goes away' '
+# The same after a wait: the waitable process exited but left a child that
+# ignores SIGTERM; collecting its status stops the unit, systemd SIGKILLs the
+# child after TimeoutStopUSec, the unit ends "failed", and sdexec (still
+# watching it, RELEASING) resets it.
+test_expect_success 'a collected unit with a TERM-ignoring child goes away' '
 	u=$(unit leftchild 0) &&
 	test_when_finished "kill_unit $u" &&
 	$sdexec -r 0 --bg --waitable --label=leftchild \

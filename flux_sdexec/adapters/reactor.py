@@ -8,7 +8,10 @@ stop the module's reactor); this is the package's only broad ``except``.
 
 import errno
 import json
+import select
+import signal
 import syslog
+import time
 
 from _flux._core import ffi, lib
 from flux.constants import FLUX_POLLIN
@@ -42,6 +45,7 @@ from flux_sdexec.registry import Registry
 from flux_sdexec.states import ProcState
 
 REMOTE_TEXT = "Remote sdexec requests are not allowed on rank 0"
+UNLOAD_GRACE = 2.0  # seconds a unit may take to stop at unload before it is SIGKILLed
 
 
 def sender_of(msg):
@@ -451,6 +455,7 @@ class SdexecService:
                 t.proc.status.code is not None or t.proc.state is ProcState.ZOMBIE,
             )
             for t in self.registry
+            if t.proc.visible
         ]
         self._respond(msg, {"rank": self.rank, "procs": procs})
 
@@ -479,6 +484,40 @@ class SdexecService:
 
     def unload(self):
         """Answer what is owed with ENOSYS and stop every unit still running."""
+        units = [t.unit for t in self.registry if not t.proc.status.gone]
         for t in self.registry:
             self._feed(t, Unloading())
+        try:
+            self._see_gone(units)
+        except UnitError as exc:
+            self.log.error(f"unload: {exc}")
         self.bridge.close()
+
+    def _see_gone(self, units):
+        """Wait, bounded, until systemd forgot ``units``; SIGKILL whatever will not stop.
+
+        StopUnit only starts a stop, and a unit that ends failed needs ResetFailedUnit.
+        The reactor no longer runs, so this polls the bus itself.
+        """
+        for last_resort in (False, True):
+            deadline = time.monotonic() + UNLOAD_GRACE
+            while units and time.monotonic() < deadline:
+                loaded = {name: active for name, active, _ in self.bridge.list_units(units)}
+                units = [u for u in units if loaded.get(u, "inactive") != "inactive"]
+                for unit in units:
+                    if loaded[unit] == "failed":
+                        self._quietly(self.bridge.reset_failed_unit, unit)
+                select.select([self.bridge.fileno()], [], [], 0.05)
+                self.bridge.pump()
+            if units and not last_resort:
+                for unit in units:
+                    self.log.error(f"{unit}: not stopped after {UNLOAD_GRACE:g}s, SIGKILL")
+                    self._quietly(self.bridge.kill_unit, unit, signal.SIGKILL, "all")
+        for unit in units:
+            self.log.error(f"{unit}: still loaded after unload")
+
+    def _quietly(self, call, *args):
+        try:
+            call(*args)
+        except UnitError as exc:
+            self.log.debug(f"{call.__name__} {args[0]}: {exc}")

@@ -176,8 +176,9 @@ class SystemdBridge:
     def stop_unit(self, unit: str) -> None:
         self._call(MANAGER_PATH, MANAGER, b"StopUnit", apply_signature(b"ss", [unit, "fail"]))
 
-    def kill_unit(self, unit: str, signum: int) -> None:
-        args = apply_signature(b"ssi", [unit, "main", signum])
+    def kill_unit(self, unit: str, signum: int, who: str = "main") -> None:
+        """KillUnit(unit, who, signum); who is "main" or "all"."""
+        args = apply_signature(b"ssi", [unit, who, signum])
         self._call(MANAGER_PATH, MANAGER, b"KillUnit", args)
 
     def reset_failed_unit(self, unit: str) -> None:

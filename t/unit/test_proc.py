@@ -200,7 +200,8 @@ def until_failed(name):
 
 def test_waitable_unit_is_kept_as_record_then_collected():
     """A finished waitable process is a ZOMBIE whose unit stays loaded (no ResetFailedUnit)
-    until a wait collects status and output; then the failed unit is reset."""
+    until a wait collects status and output; then the failed unit is reset and, once
+    systemd has forgotten it, reaped."""
     proc = waitable()
     proc.retained.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
     pid = pid_of("exit-1")
@@ -216,8 +217,9 @@ def test_waitable_unit_is_kept_as_record_then_collected():
             {"status": 256, "output": [{"stream": "stdout", "rank": "0", "data": "x\n"}]}, to=waiter
         ),
         ResetFailedUnit(),
-        Reap(),
     ]
+    assert proc.state is ProcState.RELEASING and not proc.visible
+    assert proc.handle(UnitChanged({"ActiveState": "inactive", "SubState": "dead"})) == [Reap()]
     assert proc.state is ProcState.DONE
 
 
@@ -230,8 +232,9 @@ def test_parked_waiter_answered_at_exit_and_survives_disconnect():
     assert proc.handle(WaiterGone()) == []
     second = object()
     proc.handle(WaitRequested(second))
-    actions = replay(proc, "exit-1", until=until_failed("exit-1"))
-    # answered on the Service signal with the status, before systemd reports failed/failed
+    actions = replay(proc, "exit-1")
+    # answered on the Service signal with the status, while the unit is still active;
+    # StopUnit then, ResetFailedUnit when it turns failed, Reap when systemd forgot it
     assert actions[-4:] == [
         Respond({"status": 256}, to=second),
         StopUnit(),
@@ -265,7 +268,7 @@ def test_exec_failure_of_waitable_fails_the_exec_request():
 
 
 def test_unloading_answers_everything_owed_and_stops_the_unit():
-    """Unload: ENOSYS to the exec request and the parked waiter, StopUnit + ResetFailedUnit."""
+    """Unload: ENOSYS to the exec request and the parked waiter, StopUnit of a running unit."""
     proc = waitable()
     replay(proc, "sigterm", until=6)
     waiter = object()
@@ -273,7 +276,6 @@ def test_unloading_answers_everything_owed_and_stops_the_unit():
     assert proc.handle(Unloading()) == [
         RespondError(errno.ENOSYS, "sdexec module is unloading", to=waiter),
         StopUnit(),
-        ResetFailedUnit(),
         Reap(),
     ]
     fgproc = fg()
@@ -289,3 +291,15 @@ def test_illegal_input_raises_and_changes_nothing():
     with pytest.raises(InvalidTransition):
         proc.handle(UnitChanged({"ActiveState": "active"}))
     assert proc.state is ProcState.DONE
+
+
+def test_zombie_cancels_stop_timer_and_ignores_stale_expiry():
+    """A waitable whose status is known needs no escalation: the timer is cancelled."""
+    proc = Proc("u.service", ["sh"], label="L", background=True, waitable=True, stop_timer_sec=1)
+    replay(proc, "sigterm", until=6)
+    assert proc.handle(
+        UnitChanged({"ActiveState": "deactivating", "SubState": "stop-sigterm"})
+    ) == [ArmTimer(1)]
+    actions = proc.handle(UnitChanged({"ExecMainCode": 2, "ExecMainStatus": 15}))
+    assert actions[-1] == CancelTimer() and proc.state is ProcState.ZOMBIE
+    assert proc.handle(StopTimerExpired()) == []
