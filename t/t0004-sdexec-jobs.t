@@ -27,6 +27,7 @@ if test -z "$SDEXEC_UNDER_FLUX"; then
 fi
 
 sdexec_under_flux 2 jobs
+. "$SDEXEC_SRCDIR/t/sharness-jobs.sh"
 
 T=$SDEXEC_WAIT_TIMEOUT
 
@@ -167,24 +168,7 @@ test_expect_success 'exec.sdexec-properties MemoryHigh=200M reaches both shell u
 	flux cancel $id &&
 	wait_clean $id
 '
-test_expect_success '200 short jobs all complete' '
-	flux submit --cc=1-200 true >volume.ids &&
-	test $(wc -l <volume.ids) -eq 200 &&
-	flux queue drain -t 150s &&
-	flux jobs -n -o "{result}" $(cat volume.ids) | sort | uniq -c >volume.out &&
-	test_debug "cat volume.out" &&
-	echo "    200 COMPLETED" >volume.expected &&
-	test_cmp volume.expected volume.out
-'
-test_expect_success '20 2-node jobs all complete' '
-	flux submit -N2 -n2 --cc=1-20 true >volume2.ids &&
-	test $(wc -l <volume2.ids) -eq 20 &&
-	flux queue drain -t 60s &&
-	flux jobs -n -o "{result}" $(cat volume2.ids) | sort | uniq -c >volume2.out &&
-	test_debug "cat volume2.out" &&
-	echo "     20 COMPLETED" >volume2.expected &&
-	test_cmp volume2.expected volume2.out
-'
+test_job_volume
 test_expect_success 'every job ended as intended' '
 	flux jobs -a -c 0 -n -o "{result}" | sort | uniq -c >results.out &&
 	test_debug "cat results.out" &&
@@ -196,23 +180,6 @@ test_expect_success 'every job ended as intended' '
 	EOF
 	test_cmp results.expected results.out
 '
-# no_job_units_left: no shell unit, whatever its state, is named after a job
-# of this instance (bulk-exec unit names carry no instance name).
-no_job_units_left() {
-	flux jobs -a -c 0 -n -o "{id.f58plain}" >alljobs.ids &&
-	systemctl --user list-units --all --plain --no-legend "shell-*" >shell-units.out &&
-	! grep -F -f alljobs.ids shell-units.out
-}
-test_expect_success 'no shell unit of any job of this instance is left' '
-	sdexec_wait_until no_job_units_left &&
-	test $(wc -l <alljobs.ids) -eq 233
-'
-test_expect_success 'no unit of this instance is left and sdexec tracks nothing' '
-	sdexec_check_no_units &&
-	for r in 0 1; do
-		flux exec -r $r flux module stats sdexec >stats.$r &&
-		jq -e ".procs == {}" stats.$r || return 1
-	done
-'
+test_jobs_leave_nothing 233
 
 test_done

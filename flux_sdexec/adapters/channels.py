@@ -14,32 +14,14 @@ from flux.constants import FLUX_POLLIN, FLUX_POLLOUT
 READ_MAX = 1 << 20  # most bytes taken from one socket per readable event
 
 
-def _socketpair():
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    ours.setblocking(False)
-    return ours, theirs
+class _Socketpair:
+    """Our non-blocking end (``sock``) and systemd's end (``remote``) of one stdio socketpair."""
 
-
-class OutputChannel:
-    """Our end of one output socketpair.
-
-    Args:
-        handle: the flux handle whose reactor runs the watcher.
-        stream: ``stdout`` or ``stderr``.
-        buffer: the OutputBuffer of the stream.
-        on_chunk: ``on_chunk(chunk, eof)`` for each chunk; ``chunk`` may be b"" with eof.
-        on_closed: ``on_closed(stream)`` once, after the last chunk.
-        log: the module's BrokerLogger.
-    """
-
-    def __init__(self, handle, stream, buffer, on_chunk, on_closed, log):
-        self.stream = stream
-        self.buffer = buffer
+    def __init__(self, handle, log):
         self._handle = handle
-        self._on_chunk = on_chunk
-        self._on_closed = on_closed
         self._log = log
-        self.sock, self.remote = _socketpair()
+        self.sock, self.remote = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.setblocking(False)
         self._watcher = None
 
     def local_fd(self):
@@ -53,6 +35,40 @@ class OutputChannel:
         if self.remote:
             self.remote.close()
             self.remote = None
+
+    def close(self):
+        """Stop the watcher and close both ends (the process sees EOF); harmless to repeat."""
+        self._stop_watcher()
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self.release_remote()
+
+    def _stop_watcher(self):
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher.destroy()
+            self._watcher = None
+
+
+class OutputChannel(_Socketpair):
+    """Our end of one output socketpair.
+
+    Args:
+        handle: the flux handle whose reactor runs the watcher.
+        stream: ``stdout`` or ``stderr``.
+        buffer: the OutputBuffer of the stream.
+        on_chunk: ``on_chunk(chunk, eof)`` for each chunk; ``chunk`` may be b"" with eof.
+        on_closed: ``on_closed(stream)`` once, after the last chunk.
+        log: the module's BrokerLogger.
+    """
+
+    def __init__(self, handle, stream, buffer, on_chunk, on_closed, log):
+        super().__init__(handle, log)
+        self.stream = stream
+        self.buffer = buffer
+        self._on_chunk = on_chunk
+        self._on_closed = on_closed
 
     def start(self):
         """Start reading (after "started", so output never precedes it)."""
@@ -99,17 +115,6 @@ class OutputChannel:
         self.close()
         self._on_closed(self.stream)
 
-    def close(self):
-        """Stop the watcher and close both ends; harmless to repeat."""
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher.destroy()
-            self._watcher = None
-        if self.sock:
-            self.sock.close()
-            self.sock = None
-        self.release_remote()
-
     def stats(self):
         """The channel as ``flux module stats sdexec`` shows it."""
         return {
@@ -121,28 +126,14 @@ class OutputChannel:
         }
 
 
-class InputChannel:
+class InputChannel(_Socketpair):
     """Our end of the stdin socketpair; queues what the socket cannot take yet."""
 
     def __init__(self, handle, log, logname):
-        self._handle = handle
-        self._log = log
+        super().__init__(handle, log)
         self._logname = logname
-        self.sock, self.remote = _socketpair()
         self._queue = bytearray()
         self._eof = False
-        self._watcher = None
-
-    def local_fd(self):
-        return self.sock.fileno() if self.sock else -1
-
-    def remote_fd(self):
-        return self.remote.fileno() if self.remote else -1
-
-    def release_remote(self):
-        if self.remote:
-            self.remote.close()
-            self.remote = None
 
     def write(self, data, eof):
         """Queue ``data`` (and EOF after it) for the process's stdin."""
@@ -175,18 +166,8 @@ class InputChannel:
                 self.sock.fileno(), lambda *args: self._flush(), events=FLUX_POLLOUT
             )
             self._watcher.start()
-        elif not on and self._watcher is not None:
-            self._watcher.stop()
-            self._watcher.destroy()
-            self._watcher = None
-
-    def close(self):
-        """Close our end (the process sees EOF); harmless to repeat."""
-        if self.sock is not None:
-            self._want_writable(False)
-            self.sock.close()
-            self.sock = None
-        self.release_remote()
+        elif not on:
+            self._stop_watcher()
 
     def stats(self):
         return {"local_fd": self.local_fd(), "remote_fd": self.remote_fd()}
