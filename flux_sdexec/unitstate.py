@@ -8,6 +8,8 @@ and its wait status. Pure: stdlib only.
 ACTIVE_STATES = frozenset(
     ("activating", "active", "deactivating", "inactive", "failed", "reloading")
 )
+# the PropertiesChanged properties UnitStatus.update() reads
+TRACKED = ("ActiveState", "SubState", "ExecMainPID", "ExecMainCode", "ExecMainStatus", "Result")
 EXEC_FAILURE_STATUSES = range(200, 244)  # systemd's EXIT_* codes (203 = EXIT_EXEC)
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
 

@@ -16,7 +16,7 @@ import time
 from _flux._core import ffi, lib
 from flux.constants import FLUX_POLLIN
 
-from flux_sdexec import properties, protocol
+from flux_sdexec import properties, protocol, unitstate
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
 from flux_sdexec.adapters.systemd import SystemdBridge
 from flux_sdexec.errors import RequestError, UnitError
@@ -116,7 +116,7 @@ class SdexecService:
         self.namer = namer
         self.debug = debug
         self.registry = Registry()
-        self.bridge = SystemdBridge(self._unit_changed)
+        self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
         self._bus_watcher = None
         self._watch_bus()

@@ -20,6 +20,7 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TOP)
 
 from flux_sdexec.adapters.systemd import SystemdBridge  # noqa: E402
+from flux_sdexec.unitstate import TRACKED  # noqa: E402
 
 WAIT_TIMEOUT = 10.0
 
@@ -64,7 +65,7 @@ class Harness:
         self.views = defaultdict(dict)  # merged props up to cursor
         self.cursor = defaultdict(int)  # signals already looked at by wait_for()
         self.units = []
-        self.bridge = SystemdBridge(lambda unit, props: self.signals[unit].append(props))
+        self.bridge = SystemdBridge(lambda unit, props: self.signals[unit].append(props), TRACKED)
         self.bridge.open()
 
     def new_unit(self, unit=None):
