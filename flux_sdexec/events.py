@@ -24,6 +24,13 @@ class OutputClosed:
 
 
 @dataclass(frozen=True)
+class PostStartCheckFailed:
+    """The started process's unit does not enforce what was asked (e.g. AllowedCPUs)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class StopTimerExpired:
     """The stop timer armed by ArmTimer ran out."""
 

@@ -151,7 +151,7 @@ class Proc:
                 out.append(Respond(protocol.started(st.pid)))
             self._start_output(out)
             state = S.RUNNING
-        if st.finished and not self._finish_reported:
+        if st.finished and not self._finish_reported and self.error is None:
             self._finish_reported = True
             state = self._report_finish(out, state)
         if st.exec_failed and self.error is None:
@@ -177,6 +177,15 @@ class Proc:
     def _on_OutputClosed(self, event, out):
         self._open_streams.discard(event.stream)
         return self._complete_if_over(out, self.state)
+
+    def _on_PostStartCheckFailed(self, event, out):
+        # flux-core's order: log, store EIO, SIGKILL, read output; the error goes out once
+        # the unit is reaped, and "started" never does
+        out.append(Log(syslog.LOG_ERR, f"{self.unit}: post-start check failed: {event.text}"))
+        self.error = (errno.EIO, event.text)
+        out.append(KillUnit(signal.SIGKILL))
+        self._start_output(out)
+        return S.FAILED
 
     def _on_StopTimerExpired(self, event, out):
         if self.stage is StopStage.SIGTERM:

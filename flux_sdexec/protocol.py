@@ -15,7 +15,7 @@ from json.encoder import encode_basestring
 from flux_sdexec.errors import RequestError
 from flux_sdexec.linebuf import DEFAULT_BUFSIZE
 from flux_sdexec.properties import PREFIX as PROP_PREFIX
-from flux_sdexec.properties import parse_size
+from flux_sdexec.properties import parse_idset, parse_size
 
 FLAG_STDOUT = 1
 FLAG_STDERR = 2
@@ -24,7 +24,12 @@ FLAG_WRITE_CREDIT = 8
 FLAG_WAITABLE = 16
 LOCAL_FLAG_STDIO_FALLTHROUGH = 1
 
-OPTIONS = ("SDEXEC_NAME", "SDEXEC_STOP_TIMER_SEC", "SDEXEC_STOP_TIMER_SIGNAL")
+OPTIONS = (
+    "SDEXEC_NAME",
+    "SDEXEC_STOP_TIMER_SEC",
+    "SDEXEC_STOP_TIMER_SIGNAL",
+    "SDEXEC_TEST_EXPECTED_CPUS",
+)
 STREAMS = ("stdout", "stderr")
 # systemd sets these itself for the unit (imp_exec_helper relies on its own INVOCATION_ID)
 ENV_DROPPED = ("NOTIFY_SOCKET", "INVOCATION_ID")
@@ -47,6 +52,7 @@ class ExecRequest:
     bufsize: dict = field(default_factory=dict)
     stop_timer_sec: int = None
     stop_signal: int = signal.SIGKILL
+    expected_cpus: str = None  # SDEXEC_TEST_EXPECTED_CPUS, checked after start (debug only)
 
 
 def _proto(text):
@@ -145,6 +151,12 @@ def parse_exec(payload, streaming):
             raise RequestError(errno.EINVAL, f"{key}: unknown sdexec option")
     line_buffer, bufsize = _stream_options(opts)
     stop_timer_sec, stop_signal = _stop_timer(opts)
+    expected_cpus = opts.get("SDEXEC_TEST_EXPECTED_CPUS")
+    if expected_cpus is not None:
+        try:
+            parse_idset(expected_cpus)
+        except ValueError:
+            raise RequestError(errno.EINVAL, "SDEXEC_TEST_EXPECTED_CPUS: not an idset") from None
     if background:
         streams = STREAMS
     else:
@@ -162,6 +174,7 @@ def parse_exec(payload, streaming):
         bufsize=bufsize,
         stop_timer_sec=stop_timer_sec,
         stop_signal=stop_signal,
+        expected_cpus=expected_cpus,
     )
 
 

@@ -9,6 +9,7 @@ import enum
 from flux_sdexec.events import (
     ClientGone,
     OutputClosed,
+    PostStartCheckFailed,
     StopTimerExpired,
     UnitChanged,
     Unloading,
@@ -49,6 +50,7 @@ TRANSITIONS = {
     (S.STARTING, UnitChanged): _LIVE,
     (S.STARTING, OutputClosed): {S.STARTING, S.FAILED, S.ZOMBIE, S.RELEASING, S.DONE},
     (S.STARTING, StopTimerExpired): {S.STARTING, S.DONE},
+    (S.STARTING, PostStartCheckFailed): {S.FAILED},
     (S.STARTING, ClientGone): {S.STARTING},
     (S.STARTING, WaitRequested): {S.STARTING},
     (S.STARTING, WaiterGone): {S.STARTING},

@@ -17,6 +17,7 @@ from _flux._core import ffi, lib
 from flux.constants import FLUX_POLLIN
 
 from flux_sdexec import properties, protocol, unitstate
+from flux_sdexec.adapters import cgroup
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
 from flux_sdexec.adapters.systemd import SystemdBridge
 from flux_sdexec.errors import RequestError, UnitError
@@ -27,6 +28,7 @@ from flux_sdexec.events import (
     KillUnit,
     Log,
     OutputClosed,
+    PostStartCheckFailed,
     Reap,
     ResetFailedUnit,
     Respond,
@@ -90,6 +92,7 @@ class Tracked:
         self.stdin = None
         self.outputs = {}
         self.timer = None
+        self.expected_cpus = None  # checked once, when the pid is first seen
 
     @property
     def waiter_sender(self):
@@ -179,6 +182,11 @@ class SdexecService:
             self.log.debug(f"{unit}: {state} {json.dumps(props, default=str)[:200]}")
         if t.proc.waiter is not None and props.get("ExecMainCode"):
             self._drain(t)
+        if t.expected_cpus is not None and props.get("ExecMainPID"):
+            expected, t.expected_cpus = t.expected_cpus, None
+            problem = cgroup.check_allowed_cpus(props["ExecMainPID"], expected)
+            if problem is not None:
+                self._feed(t, PostStartCheckFailed(problem))
         self._feed(t, UnitChanged(props))
 
     def _adopt_leftovers(self):
@@ -329,6 +337,8 @@ class SdexecService:
             stop_signal=req.stop_signal,
         )
         t = Tracked(unit, proc, msg)
+        if self.debug:  # flux-core honours SDEXEC_TEST_EXPECTED_CPUS only in debug mode
+            t.expected_cpus = req.expected_cpus
         try:
             self._open_channels(t, req)
             environment = protocol.unit_environment(req.env, self.local_uri)

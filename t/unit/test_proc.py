@@ -19,6 +19,7 @@ from flux_sdexec.events import (
     KillUnit,
     Log,
     OutputClosed,
+    PostStartCheckFailed,
     Reap,
     ResetFailedUnit,
     Respond,
@@ -303,3 +304,17 @@ def test_zombie_cancels_stop_timer_and_ignores_stale_expiry():
     actions = proc.handle(UnitChanged({"ExecMainCode": 2, "ExecMainStatus": 15}))
     assert actions[-1] == CancelTimer() and proc.state is ProcState.ZOMBIE
     assert proc.handle(StopTimerExpired()) == []
+
+
+def test_failed_post_start_check_is_eio_without_started():
+    """A failed post-start check logs, SIGKILLs, and answers EIO once the unit is reaped."""
+    proc = Proc("u.service", ["sh"], streams=("stdout",))
+    replay(proc, "sigterm", until=1)
+    assert proc.handle(PostStartCheckFailed("AllowedCPUs not enforced")) == [
+        Log(syslog.LOG_ERR, "u.service: post-start check failed: AllowedCPUs not enforced"),
+        KillUnit(signal.SIGKILL),
+        StartOutput(),
+    ]
+    actions = replay(proc, "sigterm") + proc.handle(OutputClosed("stdout"))
+    assert not [a for a in actions if isinstance(a, Respond)]
+    assert actions[-2:] == [RespondError(errno.EIO, "AllowedCPUs not enforced"), Reap()]

@@ -49,6 +49,7 @@ def test_parse_background_captures_both_streams():
         (req(opts={"stderr_BUFSIZE": "-1"}), True, errno.EINVAL, "invalid size"),
         (req(opts={"SDEXEC_STOP_TIMER_SEC": "1.5"}), True, errno.EINVAL, "expected an integer"),
         (req(opts={"SDEXEC_STOP_TIMER_SIGNAL": "99"}), True, errno.EINVAL, "signal number"),
+        (req(opts={"SDEXEC_TEST_EXPECTED_CPUS": "x"}), True, errno.EINVAL, "not an idset"),
         ({**req(), "flags": 4}, True, errno.EINVAL, "auxiliary channels"),
         ({**req(), "flags": 16}, True, errno.EINVAL, "only supported in background"),
         ({**req(), "flags": 8}, True, errno.EINVAL, "unsupported subprocess flags 0x8"),
