@@ -1,5 +1,70 @@
 # flux-sdexec: job tests shared by t0004 (bulk-exec) and t0005 (bgexec).
-# Source after sharness-sdexec.sh, inside the instance; each function defines tests.
+# Source after sharness-sdexec.sh, inside the instance; each test_* function defines tests.
+
+T=$SDEXEC_WAIT_TIMEOUT
+
+# run ARGS: flux run, bounded (exit 124 if it hangs).
+run() {
+	timeout --kill-after=5 "$T" flux run "$@"
+}
+# has_exception ID TYPE: the job's eventlog has an exception of TYPE.
+has_exception() {
+	flux job eventlog "$1" >eventlog.out &&
+	test_debug "cat eventlog.out" &&
+	grep "exception type=\"$2\"" eventlog.out
+}
+# unit_active UNIT / units_gone UNIT...: systemd's view of job shell units.
+unit_active() {
+	test "$(systemctl --user show -p ActiveState --value "$1")" = active
+}
+units_gone() {
+	for u in "$@"; do
+		sdexec_unit_gone "$u" || return 1
+	done
+}
+
+# test_job_basics: multi-rank jobs, shell units (shell_unit RANK ID, defined by the
+# script, names them), output, exit codes, a missing command.
+test_job_basics() {
+	test_expect_success '2-node job runs a task on each rank' '
+		printf "0\n1\n" >ranks.expected &&
+		run -N2 -n2 flux getattr rank | sort >ranks.out &&
+		test_cmp ranks.expected ranks.out
+	'
+	test_expect_success '2-node job shells run in their shell units' '
+		id=$(flux submit -N2 -n2 cat /proc/self/cgroup) &&
+		timeout "$T" flux job attach $id >cgroup2.out &&
+		test_debug "cat cgroup2.out" &&
+		grep -E "^(0::|[0-9]+:name=systemd:)/" cgroup2.out >cgroup2.v2 &&
+		grep -F "/$(shell_unit 0 $id)" cgroup2.v2 &&
+		grep -F "/$(shell_unit 1 $id)" cgroup2.v2
+	'
+	test_expect_success 'flux job attach of a submitted job gets its stdout and stderr' '
+		id=$(flux submit sh -c "echo to stdout; echo to stderr >&2") &&
+		timeout "$T" flux job attach $id >attach.out 2>attach.err &&
+		echo to stdout >attach.expected-out &&
+		echo to stderr >attach.expected-err &&
+		test_cmp attach.expected-out attach.out &&
+		test_cmp attach.expected-err attach.err
+	'
+	test_expect_success 'flux run false exits 1' '
+		test_expect_code 1 run false
+	'
+	test_expect_success 'flux run sh -c "exit 3" exits 3' '
+		test_expect_code 3 run sh -c "exit 3"
+	'
+	test_expect_success '2-node job exits with its highest task exit code' '
+		test_expect_code 5 run -N2 -n2 \
+			sh -c "exit \$((FLUX_TASK_RANK == 1 ? 5 : 2))"
+	'
+	test_expect_success 'a missing command exits 127 with an exec exception naming it' '
+		test_expect_code 127 run /nonexistent/cmd 2>missing.err &&
+		test_debug "cat missing.err" &&
+		grep "/nonexistent/cmd" missing.err &&
+		has_exception $(flux job last) exec &&
+		grep "/nonexistent/cmd" eventlog.out
+	'
+}
 
 # test_job_volume: 200 short jobs, then 20 2-node jobs, all COMPLETED.
 test_job_volume() {

@@ -1,6 +1,18 @@
 # flux-sdexec: shared setup for the sharness tests of the flux tier (t/tNNNN-*.t).
 #
 # A test script sets test_description, sources this file and calls
+# sdexec_extra_config FILE: on the first run (outside Flux), TOML from stdin becomes
+# FILE in the config directory beside the rendered sdexec.toml (for tables that
+# sdexec.toml does not define, such as [exec]); on the second run it is ignored.
+sdexec_extra_config() {
+    if test -z "$SDEXEC_UNDER_FLUX"; then
+        mkdir -p "$SHARNESS_TRASH_DIRECTORY/conf" &&
+        cat >"$SHARNESS_TRASH_DIRECTORY/conf/$1"
+    else
+        cat >/dev/null
+    fi
+}
+
 # sdexec_under_flux SIZE, which runs the rest of the script inside
 # `flux start --test-size=SIZE` with a config directory rendered from our
 # conf.d/sdexec.toml, so rc1 loads sdbus and *our* sdexec exactly as a site

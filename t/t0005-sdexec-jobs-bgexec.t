@@ -12,12 +12,7 @@ reattached by label, keep running, and end with their real status.'
 
 . "$(dirname "$0")/sharness-sdexec.sh"
 
-# First run only (outside Flux): add the job-exec settings to the config
-# directory sdexec_under_flux renders conf.d/sdexec.toml into, before it
-# starts the instance. A test below checks that they took effect.
-if test -z "$SDEXEC_UNDER_FLUX"; then
-	mkdir -p "$SHARNESS_TRASH_DIRECTORY/conf" &&
-	cat >"$SHARNESS_TRASH_DIRECTORY/conf/exec.toml" <<-EOF
+sdexec_extra_config exec.toml <<-EOF
 	[exec]
 	service = "sdexec"
 	method = "bgexec"
@@ -25,17 +20,10 @@ if test -z "$SDEXEC_UNDER_FLUX"; then
 	[exec.sdexec-properties]
 	MemoryHigh = "200M"
 	EOF
-fi
 
 sdexec_under_flux 2 jobs
 . "$SDEXEC_SRCDIR/t/sharness-jobs.sh"
 
-T=$SDEXEC_WAIT_TIMEOUT
-
-# run ARGS: flux run, bounded (exit 124 if it hangs).
-run() {
-	timeout --kill-after=5 "$T" flux run "$@"
-}
 # shell_unit RANK ID: the unit of the job shell of ID on broker RANK.
 shell_unit() {
 	echo "shell-$1-$(flux job id --to=f58plain "$2")-$1:$SDEXEC_INSTANCE.service"
@@ -45,20 +33,6 @@ wait_event() {
 	_we_id=$1 _we_event=$2
 	shift 2
 	flux job wait-event -q -t "$T" "$@" $_we_id $_we_event
-}
-# has_exception ID TYPE: the job's eventlog has an exception of TYPE.
-has_exception() {
-	flux job eventlog "$1" >eventlog.out &&
-	test_debug "cat eventlog.out" &&
-	grep "exception type=\"$2\"" eventlog.out
-}
-unit_active() {
-	test "$(systemctl --user show -p ActiveState --value "$1")" = active
-}
-units_gone() {
-	for u in "$@"; do
-		sdexec_unit_gone "$u" || return 1
-	done
 }
 # both_units_active ID / both_units_gone ID: the job's shell units on rank 0 and 1.
 both_units_active() {
@@ -87,44 +61,7 @@ test_expect_success '1-node job: flux run hostname prints the hostname' '
 	run -N1 hostname >hostname.out &&
 	test_cmp hostname.expected hostname.out
 '
-test_expect_success '2-node job runs a task on each rank' '
-	printf "0\n1\n" >ranks.expected &&
-	run -N2 -n2 flux getattr rank | sort >ranks.out &&
-	test_cmp ranks.expected ranks.out
-'
-test_expect_success '2-node job shells run in units named for label and instance' '
-	id=$(flux submit -N2 -n2 cat /proc/self/cgroup) &&
-	timeout "$T" flux job attach $id >cgroup.out &&
-	test_debug "cat cgroup.out" &&
-	grep -E "^(0::|[0-9]+:name=systemd:)/" cgroup.out >cgroup2.out &&
-	grep -F "/$(shell_unit 0 $id)" cgroup2.out &&
-	grep -F "/$(shell_unit 1 $id)" cgroup2.out
-'
-test_expect_success 'flux job attach of a submitted job gets its stdout and stderr' '
-	id=$(flux submit sh -c "echo to stdout; echo to stderr >&2") &&
-	timeout "$T" flux job attach $id >attach.out 2>attach.err &&
-	echo to stdout >attach.expected-out &&
-	echo to stderr >attach.expected-err &&
-	test_cmp attach.expected-out attach.out &&
-	test_cmp attach.expected-err attach.err
-'
-test_expect_success 'flux run false exits 1' '
-	test_expect_code 1 run false
-'
-test_expect_success 'flux run sh -c "exit 3" exits 3' '
-	test_expect_code 3 run sh -c "exit 3"
-'
-test_expect_success '2-node job exits with its highest task exit code' '
-	test_expect_code 5 run -N2 -n2 \
-		sh -c "exit \$((FLUX_TASK_RANK == 1 ? 5 : 2))"
-'
-test_expect_success 'a missing command exits 127 with an exec exception naming it' '
-	test_expect_code 127 run /nonexistent/cmd 2>missing.err &&
-	test_debug "cat missing.err" &&
-	grep "/nonexistent/cmd" missing.err &&
-	has_exception $(flux job last) exec &&
-	grep "/nonexistent/cmd" eventlog.out
-'
+test_job_basics
 test_expect_success 'flux cancel ends a running 2-node job with a cancel exception' '
 	id=$(flux submit -N2 -n2 sleep 300) &&
 	wait_event $id start &&

@@ -7,13 +7,10 @@ drained rank. Without sdexec-debug the option is ignored, as in flux-core.'
 
 . "$(dirname "$0")/sharness-sdexec.sh"
 
-if test -z "$SDEXEC_UNDER_FLUX"; then
-	mkdir -p "$SHARNESS_TRASH_DIRECTORY/conf" &&
-	cat >"$SHARNESS_TRASH_DIRECTORY/conf/exec.toml" <<-EOF
+sdexec_extra_config exec.toml <<-EOF
 	[exec]
 	service = "sdexec"
 	EOF
-fi
 
 sdexec_under_flux 2 jobs
 

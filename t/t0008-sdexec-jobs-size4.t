@@ -3,14 +3,11 @@ test_description='jobs through our sdexec on four brokers sharing one node (bgex
 
 . "$(dirname "$0")/sharness-sdexec.sh"
 
-if test -z "$SDEXEC_UNDER_FLUX"; then
-	mkdir -p "$SHARNESS_TRASH_DIRECTORY/conf" &&
-	cat >"$SHARNESS_TRASH_DIRECTORY/conf/exec.toml" <<-EOF
+sdexec_extra_config exec.toml <<-EOF
 	[exec]
 	service = "sdexec"
 	method = "bgexec"
 	EOF
-fi
 
 sdexec_under_flux 4 jobs
 
