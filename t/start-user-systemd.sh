@@ -3,9 +3,8 @@
 #
 # Usage: eval "$(t/start-user-systemd.sh)"
 #
-# Prints only "export XDG_RUNTIME_DIR=...", "export DBUS_SESSION_BUS_ADDRESS=..." (and,
-# with no system bus, "export DBUS_SYSTEM_BUS_ADDRESS=...", see print_exports) on stdout;
-# diagnostics go to stderr. Does nothing but print when the instance already answers.
+# Prints only "export XDG_RUNTIME_DIR=..." and "export DBUS_SESSION_BUS_ADDRESS=..." on
+# stdout; diagnostics go to stderr. Does nothing but print when the instance already answers.
 # Exits non-zero, saying why, when it cannot start one within START_TIMEOUT seconds (30).
 #
 # Quirks found in the test container (no systemd as pid 1, cgroup v1 hybrid, systemd 252):
@@ -45,12 +44,6 @@ bus_up() {
 print_exports() {
     printf "export XDG_RUNTIME_DIR='%s'\n" "$XDG_RUNTIME_DIR"
     printf "export DBUS_SESSION_BUS_ADDRESS='%s'\n" "$DBUS_SESSION_BUS_ADDRESS"
-    # With [systemd] enable, rc1 also loads sdbus-sys and sdmon, and the resource module
-    # keeps every rank offline until sdmon has listed the system manager's units. A
-    # container has no system bus: point sd-bus's system bus at the user one instead.
-    if [ ! -S /run/dbus/system_bus_socket ]; then
-        printf "export DBUS_SYSTEM_BUS_ADDRESS='%s'\n" "$DBUS_SESSION_BUS_ADDRESS"
-    fi
 }
 
 if manager_up && bus_up; then

@@ -1,25 +1,14 @@
 #!/bin/sh
 test_description='a restarted sdexec adopts the units its crashed predecessor left behind'
 
-. /usr/share/sharness/sharness.sh
+. "$(dirname "$0")/sharness-sdexec.sh"
 
-repo=$(cd "$SHARNESS_TEST_DIRECTORY/.." && pwd)
-module=$repo/flux_sdexec/modules/sdexec.py
+sdexec_check_prereqs
+module=$SDEXEC_MODULE
 
-if ! command -v flux >/dev/null; then
-	skip_all="flux-core not installed"
-	test_done
-fi
-if ! systemctl --user show --property Version >/dev/null 2>&1; then
-	skip_all="user systemd is not running (eval \"\$(t/start-user-systemd.sh)\")"
-	test_done
-fi
-
-# conf.d/sdexec.toml pointing at this checkout, plus extra TOML from stdin
+# render_conf DIR: conf.d/sdexec.toml for this checkout (jobs can run), plus TOML from stdin
 render_conf() {
-	mkdir -p "$1" &&
-	sed "s|^sdexec.module = .*|sdexec.module = \"$module\"|" \
-		"$repo/conf.d/sdexec.toml" >"$1/sdexec.toml" &&
+	sdexec_render_config "$1" jobs &&
 	cat >"$1/extra.toml"
 }
 
