@@ -8,17 +8,15 @@ stop the module's reactor); this is the package's only broad ``except``.
 
 import errno
 import json
-import select
-import signal
 import syslog
-import time
 
 from _flux._core import ffi, lib
 from flux.constants import FLUX_POLLIN
 
 from flux_sdexec import properties, protocol, unitstate
-from flux_sdexec.adapters import cgroup
+from flux_sdexec.adapters import cgroup, teardown
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
+from flux_sdexec.adapters.sinks import output_sink
 from flux_sdexec.adapters.systemd import SystemdBridge
 from flux_sdexec.errors import RequestError, UnitError
 from flux_sdexec.events import (
@@ -47,7 +45,6 @@ from flux_sdexec.registry import Registry
 from flux_sdexec.states import ProcState
 
 REMOTE_TEXT = "Remote sdexec requests are not allowed on rank 0"
-UNLOAD_GRACE = 2.0  # seconds a unit may take to stop at unload before it is SIGKILLed
 
 
 def sender_of(msg):
@@ -215,11 +212,8 @@ class SdexecService:
                 self.log.info(f"adopted {unit} ({proc.status.state}, pid {proc.pid})")
             except OSError as exc:
                 self.log.error(f"{unit}: cannot adopt ({exc}), stopping it")
-                for call in (self.bridge.stop_unit, self.bridge.reset_failed_unit):
-                    try:
-                        call(unit)
-                    except UnitError:
-                        pass
+                teardown.quietly(self.log, self.bridge.stop_unit, unit)
+                teardown.quietly(self.log, self.bridge.reset_failed_unit, unit)
         self.pump()
 
     # ---- the state machine ----
@@ -369,39 +363,10 @@ class SdexecService:
                 self.h,
                 stream,
                 OutputBuffer(req.line_buffer[stream], req.bufsize[stream]),
-                self._output_sink(t, stream),
+                output_sink(self.h, self.log, t.proc, t.msg, stream, str(self.rank)),
                 lambda s, t=t: self._feed(t, OutputClosed(s)),
                 self.log,
             )
-
-    def _output_sink(self, t, stream):
-        """The per-chunk callback of one stream: the output hot path."""
-        proc, rank = t.proc, str(self.rank)
-        if not proc.background:
-            encoder = None
-
-            def stream_chunk(chunk, eof):
-                nonlocal encoder
-                if encoder is None:
-                    encoder = protocol.OutputEncoder(stream, rank, proc.pid)
-                text = encoder.data(chunk, eof) if chunk else encoder.eof()
-                lib.flux_respond(self.h.handle, t.msg.handle, text.encode())
-
-            return stream_chunk
-        level = syslog.LOG_INFO if stream == "stdout" else syslog.LOG_ERR
-
-        def log_chunk(chunk, eof):
-            if not chunk:
-                return
-            text = chunk.decode(errors="replace")
-            self.log(
-                level,
-                f"{proc.logname}[{proc.pid}]: {text[:-1] if text.endswith(chr(10)) else text}",
-            )
-            if proc.retained is not None:
-                proc.retained.add(protocol.io_object(stream, rank, chunk, eof), len(chunk))
-
-        return log_chunk
 
     def write(self, msg):
         """``sdexec.write``: stdin data for a foreground process; never answered."""
@@ -498,36 +463,7 @@ class SdexecService:
         for t in self.registry:
             self._feed(t, Unloading())
         try:
-            self._see_gone(units)
+            teardown.see_units_gone(self.bridge, self.log, units)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
         self.bridge.close()
-
-    def _see_gone(self, units):
-        """Wait, bounded, until systemd forgot ``units``; SIGKILL whatever will not stop.
-
-        StopUnit only starts a stop, and a unit that ends failed needs ResetFailedUnit.
-        The reactor no longer runs, so this polls the bus itself.
-        """
-        for last_resort in (False, True):
-            deadline = time.monotonic() + UNLOAD_GRACE
-            while units and time.monotonic() < deadline:
-                loaded = {name: active for name, active, _ in self.bridge.list_units(units)}
-                units = [u for u in units if loaded.get(u, "inactive") != "inactive"]
-                for unit in units:
-                    if loaded[unit] == "failed":
-                        self._quietly(self.bridge.reset_failed_unit, unit)
-                select.select([self.bridge.fileno()], [], [], 0.05)
-                self.bridge.pump()
-            if units and not last_resort:
-                for unit in units:
-                    self.log.error(f"{unit}: not stopped after {UNLOAD_GRACE:g}s, SIGKILL")
-                    self._quietly(self.bridge.kill_unit, unit, signal.SIGKILL, "all")
-        for unit in units:
-            self.log.error(f"{unit}: still loaded after unload")
-
-    def _quietly(self, call, *args):
-        try:
-            call(*args)
-        except UnitError as exc:
-            self.log.debug(f"{call.__name__} {args[0]}: {exc}")
