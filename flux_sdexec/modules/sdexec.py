@@ -34,9 +34,13 @@ class SdexecModule(BrokerModule):
     def __init__(self, h, *args):
         super().__init__(h, *args)
         rank = h.get_rank()
-        namer = naming.UnitNamer(self._instance(h, rank), rank, self._rank_suffix(h))
-        debug = config.sdexec_debug(h.conf_get() or {})
-        self.service = SdexecService(h, self.log, rank, h.attr_get("local-uri"), namer, debug)
+        try:
+            namer = naming.UnitNamer(self._instance(h, rank), rank, self._rank_suffix(h))
+            debug = config.sdexec_debug(h.conf_get() or {})
+            self.service = SdexecService(h, self.log, rank, h.attr_get("local-uri"), namer, debug)
+        except OSError as exc:  # the loader reports only the errno: say why in the log
+            self.log.error(f"cannot start: {exc}")
+            raise
         self.log.info(f"units named <label>:{namer.instance}.service (glob {namer.glob})")
         # the broker SIGTERMs a module still loaded at exit: unload cleanly then too
         self._sigterm = h.signal_watcher_create(signal.SIGTERM, lambda *args: self.stop())
