@@ -146,6 +146,13 @@ def parse_exec(payload, streaming):
         raise _proto("cwd must be a string")
     if label is not None and not isinstance(label, str):
         raise _proto("label must be a string")
+    if "SDEXEC_R_LOCAL" in opts:
+        # not ENOSYS: job-exec would report that as "sdexec service is not loaded"
+        raise RequestError(
+            errno.EOPNOTSUPP,
+            "SDEXEC_R_LOCAL: resource containment (exec.sdexec-constrain-resources) "
+            "is not supported by flux-sdexec yet",
+        )
     for key in opts:
         if key.startswith("SDEXEC_") and key not in OPTIONS and not key.startswith(PROP_PREFIX):
             raise RequestError(errno.EINVAL, f"{key}: unknown sdexec option")
