@@ -52,8 +52,8 @@ class OutputBuffer:
             self._pending = data
             return []
         self._pending = data[end:]
-        if end == len(data) and data.count(b"\n") == 1:
-            return [data]
+        if data.find(b"\n") == end - 1:  # exactly one complete line: no split, no copies
+            return [data if end == len(data) else data[:end]]
         lines = data[:end].split(b"\n")
         lines.pop()
         return [line + b"\n" for line in lines]

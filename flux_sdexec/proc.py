@@ -153,7 +153,8 @@ class Proc:
             state = S.RUNNING
         if st.finished and not self._finish_reported and self.error is None:
             self._finish_reported = True
-            state = self._report_finish(out, state)
+            self._report_finish(out)
+            state = S.FINISHED
         if st.exec_failed and self.error is None:
             self.error = (errno.ENOENT, self._exec_failure_text())
             state = S.FAILED
@@ -251,16 +252,15 @@ class Proc:
             self._output_started = True
             out.append(StartOutput())
 
-    def _report_finish(self, out, state):
+    def _report_finish(self, out):
         if self.background:
             out.append(Log(syslog.LOG_INFO, f"{self.logname}[{self.pid}]: {self._exit_text()}"))
         else:
             out.append(Respond(protocol.finished(self.status.wait_status)))
-        return S.FINISHED
 
     def _exit_text(self):
         st = self.status
-        if st.code == 2:
+        if st.signaled:
             return f"Killed by signal {st.status}"
         return f"Exit {st.status}"
 
@@ -285,7 +285,6 @@ class Proc:
                     "ExecMainCode and ExecMainStatus properties.",
                 )
         if self.error is not None:
-            self.state = state
             return self._terminal_error(out)
         if not self.background:
             out.append(RespondError(errno.ENODATA))

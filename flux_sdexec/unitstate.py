@@ -11,7 +11,7 @@ ACTIVE_STATES = frozenset(
 # the PropertiesChanged properties UnitStatus.update() reads
 TRACKED = ("ActiveState", "SubState", "ExecMainPID", "ExecMainCode", "ExecMainStatus", "Result")
 EXEC_FAILURE_STATUSES = range(200, 244)  # systemd's EXIT_* codes (203 = EXIT_EXEC)
-CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
+CLD_EXITED, CLD_KILLED = 1, 2  # ExecMainCode; CLD_DUMPED (3) is reported like an exit
 
 
 class UnitStatus:
@@ -75,9 +75,14 @@ class UnitStatus:
     @property
     def wait_status(self):
         """The wait(2)-style status flux clients decode (core dumps as flux-core: sig<<8)."""
-        if self.code == CLD_KILLED:
+        if self.signaled:
             return self.status
         return self.status << 8
+
+    @property
+    def signaled(self):
+        """The process was killed by a signal (ExecMainStatus is the signal number)."""
+        return self.code == CLD_KILLED
 
     @property
     def gone(self):

@@ -23,6 +23,26 @@ units_gone() {
 	done
 }
 
+# test_job_setup METHOD: job-exec uses our sdexec with METHOD; a 1-node job runs.
+test_job_setup() {
+	_jobs_method=$1
+	test_expect_success "job-exec runs job shells with sdexec and $1" '
+		flux config get | jq -e ".exec.service == \"sdexec\"" &&
+		flux module stats job-exec >job-exec.stats &&
+		jq -e ".method == \"$_jobs_method\"" job-exec.stats &&
+		jq -e ".config.exec_service == \"sdexec\"" job-exec.stats
+	'
+	test_expect_success 'our sdexec is the module loaded on both ranks' '
+		flux exec -r all flux module list -l >modules.out &&
+		test $(grep -c "^sdexec .* $SDEXEC_MODULE\$" modules.out) -eq 2
+	'
+	test_expect_success '1-node job: flux run hostname prints the hostname' '
+		hostname >hostname.expected &&
+		run -N1 hostname >hostname.out &&
+		test_cmp hostname.expected hostname.out
+	'
+}
+
 # test_job_basics: multi-rank jobs, shell units (shell_unit RANK ID, defined by the
 # script, names them), output, exit codes, a missing command.
 test_job_basics() {

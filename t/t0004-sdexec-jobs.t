@@ -39,21 +39,7 @@ wait_clean() {
 	flux job wait-event -q -t "$T" "$1" clean
 }
 
-test_expect_success 'job-exec runs job shells with sdexec and bulk-exec' '
-	flux config get | jq -e ".exec.service == \"sdexec\"" &&
-	flux module stats job-exec >job-exec.stats &&
-	jq -e ".method == \"bulk-exec\"" job-exec.stats &&
-	jq -e ".config.exec_service == \"sdexec\"" job-exec.stats
-'
-test_expect_success 'our sdexec is the module loaded on both ranks' '
-	flux exec -r all flux module list -l >modules.out &&
-	test $(grep -c "^sdexec .* $SDEXEC_MODULE\$" modules.out) -eq 2
-'
-test_expect_success '1-node job: flux run hostname prints the hostname' '
-	hostname >hostname.expected &&
-	run -N1 hostname >hostname.out &&
-	test_cmp hostname.expected hostname.out
-'
+test_job_setup bulk-exec
 test_expect_success '1-node job shell runs in its shell-0-<jobid> unit' '
 	id=$(flux submit -N1 cat /proc/self/cgroup) &&
 	timeout "$T" flux job attach $id >cgroup.out &&

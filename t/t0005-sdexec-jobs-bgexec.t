@@ -46,21 +46,7 @@ job_state() {
 	flux jobs -n -o "{state}" $1
 }
 
-test_expect_success 'job-exec runs job shells with sdexec and bgexec' '
-	flux config get | jq -e ".exec.service == \"sdexec\"" &&
-	flux module stats job-exec >job-exec.stats &&
-	jq -e ".method == \"bgexec\"" job-exec.stats &&
-	jq -e ".config.exec_service == \"sdexec\"" job-exec.stats
-'
-test_expect_success 'our sdexec is the module loaded on both ranks' '
-	flux exec -r all flux module list -l >modules.out &&
-	test $(grep -c "^sdexec .* $SDEXEC_MODULE\$" modules.out) -eq 2
-'
-test_expect_success '1-node job: flux run hostname prints the hostname' '
-	hostname >hostname.expected &&
-	run -N1 hostname >hostname.out &&
-	test_cmp hostname.expected hostname.out
-'
+test_job_setup bgexec
 test_job_basics
 test_expect_success 'flux cancel ends a running 2-node job with a cancel exception' '
 	id=$(flux submit -N2 -n2 sleep 300) &&

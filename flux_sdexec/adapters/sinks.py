@@ -39,8 +39,8 @@ def output_sink(handle, log, proc, msg, stream, rank):
     def log_chunk(chunk, eof):
         if not chunk:
             return
-        text = chunk.decode(errors="replace")
-        log(level, f"{proc.logname}[{proc.pid}]: {text[:-1] if text.endswith(chr(10)) else text}")
+        text = chunk.decode(errors="replace").removesuffix("\n")
+        log(level, f"{proc.logname}[{proc.pid}]: {text}")
         if proc.retained is not None:
             proc.retained.add(protocol.io_object(stream, rank, chunk, eof), len(chunk))
 
