@@ -162,7 +162,7 @@ class Proc:
             self._stop_sent = True
             out.append(StopUnit())
         if st.active_state == "deactivating" and self.stage is StopStage.IDLE:
-            if self.stop_timer_sec is not None:
+            if self.stop_timer_sec is not None and state is not S.ZOMBIE:
                 self.stage = StopStage.SIGTERM
                 out.append(ArmTimer(self.stop_timer_sec))
         if st.active_state == "failed" and not self._reset_sent and not self.keeps_record:

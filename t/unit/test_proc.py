@@ -318,3 +318,13 @@ def test_failed_post_start_check_is_eio_without_started():
     actions = replay(proc, "sigterm") + proc.handle(OutputClosed("stdout"))
     assert not [a for a in actions if isinstance(a, Respond)]
     assert actions[-2:] == [RespondError(errno.EIO, "AllowedCPUs not enforced"), Reap()]
+
+
+def test_zombie_never_rearms_its_stop_timer():
+    """A later deactivating signal must not re-arm a zombie's timer: its status is final."""
+    proc = Proc("u.service", ["sh"], label="L", background=True, waitable=True, stop_timer_sec=1)
+    replay(proc, "sigterm", until=6)
+    proc.handle(UnitChanged({"ExecMainCode": 2, "ExecMainStatus": 15}))
+    assert proc.state is ProcState.ZOMBIE
+    assert proc.handle(UnitChanged({"ActiveState": "deactivating", "SubState": "stop"})) == []
+    assert proc.handle(WaitRequested("w"))[0] == Respond({"status": 15}, to="w")
