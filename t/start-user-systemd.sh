@@ -18,6 +18,8 @@
 #   and `systemd-run --user --wait true` succeeds.
 # - pid 1 does not reap orphans promptly, so a killed dbus-daemon may linger as a zombie.
 # - The manager starts with a clean environment (env -i) so units do not inherit the caller's.
+# - Nothing started here may keep the caller's stdout open: `eval "$(...)"` waits for EOF on it.
+#   So the manager is exec'd straight from the background job (no shell left waiting on it).
 
 set -u
 
@@ -34,11 +36,12 @@ die() {
 }
 
 # The manager answers on its private socket, and pystemd reaches it over the session bus.
+# Each probe is bounded: against a half-dead bus a client would otherwise wait 25 s.
 manager_up() {
-    [ -n "$(systemctl --user is-system-running 2>/dev/null)" ]
+    [ -n "$(timeout 5 systemctl --user is-system-running 2>/dev/null)" ]
 }
 bus_up() {
-    busctl --user call org.freedesktop.systemd1 /org/freedesktop/systemd1 \
+    timeout 5 busctl --user call org.freedesktop.systemd1 /org/freedesktop/systemd1 \
         org.freedesktop.DBus.Peer Ping >/dev/null 2>&1
 }
 print_exports() {
@@ -64,8 +67,9 @@ for f in /lib/systemd/systemd /usr/lib/systemd/systemd; do
 done
 [ -n "$sd" ] || die "systemd binary not found"
 
-cleanenv() {
-    env -i PATH="$PATH" HOME="${HOME:-/}" USER="$(id -un)" LOGNAME="$(id -un)" \
+# exec'd, so that a background start leaves no shell behind holding the caller's descriptors.
+exec_cleanenv() {
+    exec env -i PATH="$PATH" HOME="${HOME:-/}" USER="$(id -un)" LOGNAME="$(id -un)" \
         LANG="${LANG:-C.UTF-8}" XDG_RUNTIME_DIR="$XDG_RUNTIME_DIR" \
         DBUS_SESSION_BUS_ADDRESS="$DBUS_SESSION_BUS_ADDRESS" "$@"
 }
@@ -76,26 +80,25 @@ for d in /etc/systemd/user /usr/lib/systemd/user /lib/systemd/user; do
 done
 if [ $have_dbus_socket = no ] && ! manager_up; then
     echo "start-user-systemd: starting dbus-daemon on $DBUS_SESSION_BUS_ADDRESS" >&2
-    cleanenv dbus-daemon --session --address="$DBUS_SESSION_BUS_ADDRESS" --fork --nopidfile \
-        --syslog-only </dev/null >>"$log" 2>&1 || die "dbus-daemon failed, see $log"
+    (exec_cleanenv dbus-daemon --session --address="$DBUS_SESSION_BUS_ADDRESS" --fork \
+        --nopidfile --syslog-only) </dev/null >>"$log" 2>&1 || die "dbus-daemon failed, see $log"
 fi
 
 pid=
 if ! manager_up; then
     echo "start-user-systemd: starting $sd --user (log: $log)" >&2
-    cleanenv setsid "$sd" --user </dev/null >>"$log" 2>&1 &
+    (exec_cleanenv setsid "$sd" --user) </dev/null >>"$log" 2>&1 &
     pid=$!
 fi
 
-# Bounded poll: tenths of a second up to $timeout seconds.
-n=0
+# Bounded by the clock, not by a count of probes (a probe may itself take seconds).
+deadline=$(($(date +%s) + timeout))
 while ! { manager_up && bus_up; }; do
     if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
         tail -n 20 "$log" >&2
         die "systemd --user exited during startup, see $log"
     fi
-    n=$((n + 1))
-    [ $n -le $((timeout * 10)) ] || die "systemd --user did not answer within ${timeout}s, see $log"
+    [ "$(date +%s)" -lt $deadline ] || die "systemd --user did not answer within ${timeout}s, see $log"
     sleep 0.1
 done
 
