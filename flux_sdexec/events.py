@@ -120,5 +120,10 @@ class Log:
 
 
 @dataclass(frozen=True)
+class CloseChannels:
+    """Stop reading output and close stdio: the client has had its last response."""
+
+
+@dataclass(frozen=True)
 class Reap:
     """Release the unit watch, timers and fds; the process is over."""

@@ -16,6 +16,7 @@ from flux_sdexec import protocol
 from flux_sdexec.events import (
     ArmTimer,
     CancelTimer,
+    CloseChannels,
     KillUnit,
     Log,
     Reap,
@@ -204,7 +205,13 @@ class Proc:
                 Log(syslog.LOG_ERR, f"{self.unit}: abandoning after {seconds:g}s stop timeout")
             )
             self.error = (errno.EDEADLK, DEADLOCK_TEXT)
-            return self._terminal_error(out)
+            state = self._terminal_error(out)
+            if state is S.DONE:
+                # systemd still has the unit: watch it until its processes end at last,
+                # then let it go, so that an abandoned unit does not linger as failed
+                out.append(CloseChannels())
+                return S.RELEASING
+            return state
         return self.state  # a stale expiry after the timer was cancelled
 
     def _on_ClientGone(self, event, out):

@@ -109,10 +109,11 @@ test_job_volume() {
 }
 
 # no_job_units_left: no shell unit, whatever its state, is named after a job of this
-# instance (bulk-exec unit names carry no instance name, so match job IDs).
+# instance, any user's (bulk-exec unit names carry no instance name, so match job IDs).
 no_job_units_left() {
-	flux jobs -a -c 0 -n -o "{id.f58plain}" >alljobs.ids &&
-	systemctl --user list-units --all --plain --no-legend "shell-*" >shell-units.out &&
+	flux jobs -a -A -c 0 -n -o "{id.f58plain}" >alljobs.ids &&
+	systemctl --user list-units --all --plain --no-legend "shell-*" "imp-shell-*" \
+		>shell-units.out &&
 	! grep -F -f alljobs.ids shell-units.out
 }
 

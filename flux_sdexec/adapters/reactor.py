@@ -22,6 +22,7 @@ from flux_sdexec.errors import RequestError, UnitError
 from flux_sdexec.events import (
     ArmTimer,
     CancelTimer,
+    CloseChannels,
     ClientGone,
     KillUnit,
     Log,
@@ -241,6 +242,8 @@ class SdexecService:
         elif kind is StartOutput:
             for channel in t.outputs.values():
                 channel.start()
+        elif kind is CloseChannels:
+            self._close_channels(t)
         elif kind is StopUnit:
             self._systemd(t, "stop", self.bridge.stop_unit, t.unit)
         elif kind is ResetFailedUnit:
@@ -281,6 +284,9 @@ class SdexecService:
             t.timer.stop()
             t.timer.destroy()
             t.timer = None
+        self._close_channels(t)
+
+    def _close_channels(self, t):
         for channel in (t.stdin, *t.outputs.values()):
             if channel is not None:
                 channel.close()

@@ -16,6 +16,7 @@ from flux_sdexec.events import (
     ArmTimer,
     CancelTimer,
     ClientGone,
+    CloseChannels,
     KillUnit,
     Log,
     OutputClosed,
@@ -133,8 +134,26 @@ def test_stop_timer_escalation():
     assert proc.handle(StopTimerExpired()) == [
         Log(syslog.LOG_ERR, "u.service: abandoning after 15s stop timeout"),
         RespondError(errno.EDEADLK, "SIGKILL timeout, unit may still be active"),
-        Reap(),
+        CloseChannels(),
     ]
+    assert proc.state is ProcState.RELEASING and not proc.visible
+
+
+def test_abandoned_unit_let_go_when_it_ends():
+    """After EDEADLK the unit is still watched: when its processes end at last
+    (here: killed), the failed unit is reset and the process reaped, nothing more said."""
+    proc = fg(stop_timer_sec=5)
+    deactivating = [
+        i for i, s in enumerate(signals("stop-timeout")) if s.get("ActiveState") == "deactivating"
+    ][0]
+    replay(proc, "stop-timeout", until=deactivating + 1)
+    for _ in range(3):
+        proc.handle(StopTimerExpired())
+    rest = []
+    for props in signals("stop-timeout")[deactivating + 1 :]:
+        rest += proc.handle(UnitChanged(props))
+    assert rest == [ResetFailedUnit(), Reap()]
+    assert proc.state is ProcState.DONE
 
 
 def test_stop_timer_cancelled_when_unit_dies():
