@@ -6,8 +6,8 @@ for Type=notify, KillMode=process and its stop-timer options. Like the real IMP,
 this one is the unit's main process: it reads its input through
 $FLUX_IMP_EXEC_HELPER, sends READY=1, runs the job, sends STOPPING=1 when the job
 is over (the unit then deactivates) and exits with the job's status. Unlike the
-real one it runs the jobspec's command itself in place of SHELL (a real shell,
-not running as the guest, refuses the guest's J).
+real one it runs the jobspec's command itself, in the job's working directory, in
+place of SHELL (a real shell, not running as the guest, refuses the guest's J).
 
 Two settings come from the jobspec's environment, as set by the test's submitter:
   FAKE_IMP_LOG    a file that gets a line per step ("ready", "exit N", "stopping",
@@ -28,8 +28,9 @@ import sys
 
 def jobspec_from_helper():
     """The jobspec inside the sign-none J that job-exec's helper writes to stdout."""
-    out = subprocess.run(os.environ["FLUX_IMP_EXEC_HELPER"], shell=True, check=True,
-                         stdout=subprocess.PIPE).stdout
+    out = subprocess.run(
+        os.environ["FLUX_IMP_EXEC_HELPER"], shell=True, check=True, stdout=subprocess.PIPE
+    ).stdout
     payload = json.loads(out)["J"].split(".")[1]
     return json.loads(base64.b64decode(payload + "=" * (-len(payload) % 4)))
 
@@ -64,22 +65,19 @@ def main(argv):
     )
     status = job.returncode if job.returncode >= 0 else 128 - job.returncode
     log(f"exit {status}")
+    after = env.get("FAKE_IMP_AFTER", "exit")
+    escalation = {signal.SIGTERM, signal.SIGUSR1}
+    if after != "exit":
+        signal.pthread_sigmask(signal.SIG_BLOCK, escalation)  # taken by sigwait below
     notify("STOPPING=1")
     log("stopping")
-
-    after = env.get("FAKE_IMP_AFTER", "exit")
     if after == "exit":
         return status
-    received = []
-    for signum in (signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(signum, lambda n, frame: received.append(n))
     while True:
-        signal.pause()
-        while received:
-            signum = received.pop(0)
-            log(f"signal {signum}")
-            if after == "linger" and signum == signal.SIGUSR1:
-                return status
+        signum = signal.sigwait(escalation)
+        log(f"signal {signum}")
+        if after == "linger" and signum == signal.SIGUSR1:
+            return status
 
 
 if __name__ == "__main__":

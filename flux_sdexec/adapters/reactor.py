@@ -22,8 +22,8 @@ from flux_sdexec.errors import RequestError, UnitError
 from flux_sdexec.events import (
     ArmTimer,
     CancelTimer,
-    CloseChannels,
     ClientGone,
+    CloseChannels,
     KillUnit,
     Log,
     OutputClosed,
