@@ -53,6 +53,11 @@ def replay(proc, name, until=None):
     return actions
 
 
+def until_state(name, active_state):
+    """The signals up to and including the first that reports ``active_state``."""
+    return 1 + next(i for i, s in enumerate(signals(name)) if s.get("ActiveState") == active_state)
+
+
 def pid_of(name):
     return next(s["ExecMainPID"] for s in signals(name) if s.get("ExecMainPID"))
 
@@ -124,10 +129,7 @@ def test_first_inactive_signal_is_not_the_end():
 def test_stop_timer_escalation():
     """deactivating arms the timer: SIGTERM, then the configured signal, then EDEADLK."""
     proc = fg(stop_timer_sec=5, stop_signal=signal.SIGUSR1)
-    deactivating = [
-        i for i, s in enumerate(signals("stop-timeout")) if s.get("ActiveState") == "deactivating"
-    ][0]
-    actions = replay(proc, "stop-timeout", until=deactivating + 1)
+    actions = replay(proc, "stop-timeout", until=until_state("stop-timeout", "deactivating"))
     assert actions[-1] == ArmTimer(5)
     assert proc.handle(StopTimerExpired()) == [KillUnit(signal.SIGTERM), ArmTimer(5)]
     assert proc.handle(StopTimerExpired()) == [KillUnit(signal.SIGUSR1), ArmTimer(5)]
@@ -143,14 +145,12 @@ def test_abandoned_unit_let_go_when_it_ends():
     """After EDEADLK the unit is still watched: when its processes end at last
     (here: killed), the failed unit is reset and the process reaped, nothing more said."""
     proc = fg(stop_timer_sec=5)
-    deactivating = [
-        i for i, s in enumerate(signals("stop-timeout")) if s.get("ActiveState") == "deactivating"
-    ][0]
-    replay(proc, "stop-timeout", until=deactivating + 1)
+    deactivated = until_state("stop-timeout", "deactivating")
+    replay(proc, "stop-timeout", until=deactivated)
     for _ in range(3):
         proc.handle(StopTimerExpired())
     rest = []
-    for props in signals("stop-timeout")[deactivating + 1 :]:
+    for props in signals("stop-timeout")[deactivated:]:
         rest += proc.handle(UnitChanged(props))
     assert rest == [ResetFailedUnit(), Reap()]
     assert proc.state is ProcState.DONE
@@ -215,7 +215,7 @@ def finish(proc, name):
 
 def until_failed(name):
     """The signals up to systemd's first failed/failed, where a kept record stops."""
-    return 1 + next(i for i, s in enumerate(signals(name)) if s.get("ActiveState") == "failed")
+    return until_state(name, "failed")
 
 
 def test_waitable_unit_is_kept_as_record_then_collected():
