@@ -82,6 +82,7 @@ test_multiuser_jobs() {
 		id=$(guest_submit --env=FAKE_IMP_AFTER=hang true) &&
 		echo $id >hung.id &&
 		wait_clean $id &&
+		sdexec_wait_until test $(wc -l <imp.log) -ge 5 &&
 		test_debug "cat imp.log" &&
 		printf "ready\nexit 0\nstopping\nsignal 15\nsignal 10\n" >imp.expected &&
 		test_cmp imp.expected imp.log &&
