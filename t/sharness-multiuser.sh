@@ -27,6 +27,10 @@ unit_prop() {
 loaded() {
 	test -n "$(systemctl --user list-units --all --plain --no-legend "$1")"
 }
+# imp_logged N: the IMP has logged at least N lines.
+imp_logged() {
+	test $(wc -l <imp.log) -ge "$1"
+}
 wait_clean() {
 	flux job wait-event -q -t "$T" "$1" clean
 }
@@ -82,7 +86,7 @@ test_multiuser_jobs() {
 		id=$(guest_submit --env=FAKE_IMP_AFTER=hang true) &&
 		echo $id >hung.id &&
 		wait_clean $id &&
-		sdexec_wait_until test $(wc -l <imp.log) -ge 5 &&
+		sdexec_wait_until imp_logged 5 &&
 		test_debug "cat imp.log" &&
 		printf "ready\nexit 0\nstopping\nsignal 15\nsignal 10\n" >imp.expected &&
 		test_cmp imp.expected imp.log &&
