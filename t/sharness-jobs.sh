@@ -13,6 +13,10 @@ has_exception() {
 	test_debug "cat eventlog.out" &&
 	grep "exception type=\"$2\"" eventlog.out
 }
+# job_results [flux jobs options or IDs]: how many of the jobs ended with each result.
+job_results() {
+	flux jobs -n -o "{result}" "$@" | sort | uniq -c
+}
 # unit_active UNIT / units_gone UNIT...: systemd's view of job shell units.
 unit_active() {
 	test "$(systemctl --user show -p ActiveState --value "$1")" = active
@@ -92,7 +96,7 @@ test_job_volume() {
 		flux submit --cc=1-200 true >volume.ids &&
 		test $(wc -l <volume.ids) -eq 200 &&
 		flux queue drain -t 150s &&
-		flux jobs -n -o "{result}" $(cat volume.ids) | sort | uniq -c >volume.out &&
+		job_results $(cat volume.ids) >volume.out &&
 		test_debug "cat volume.out" &&
 		echo "    200 COMPLETED" >volume.expected &&
 		test_cmp volume.expected volume.out
@@ -101,7 +105,7 @@ test_job_volume() {
 		flux submit -N2 -n2 --cc=1-20 true >volume2.ids &&
 		test $(wc -l <volume2.ids) -eq 20 &&
 		flux queue drain -t 60s &&
-		flux jobs -n -o "{result}" $(cat volume2.ids) | sort | uniq -c >volume2.out &&
+		job_results $(cat volume2.ids) >volume2.out &&
 		test_debug "cat volume2.out" &&
 		echo "     20 COMPLETED" >volume2.expected &&
 		test_cmp volume2.expected volume2.out

@@ -92,7 +92,7 @@ test_expect_success 'exec.sdexec-properties MemoryHigh=200M reaches both shell u
 '
 test_job_volume
 test_expect_success 'every job ended as intended' '
-	flux jobs -a -c 0 -n -o "{result}" | sort | uniq -c >results.out &&
+	job_results -a -c 0 >results.out &&
 	test_debug "cat results.out" &&
 	cat >results.expected <<-EOF &&
 	      2 CANCELED

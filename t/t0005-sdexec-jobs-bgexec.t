@@ -151,7 +151,7 @@ test_expect_success 'a reattached job can be canceled' '
 '
 test_job_volume
 test_expect_success 'every job ended as intended' '
-	flux jobs -a -c 0 -n -o "{result}" | sort | uniq -c >results.out &&
+	job_results -a -c 0 >results.out &&
 	test_debug "cat results.out" &&
 	cat >results.expected <<-EOF &&
 	      3 CANCELED

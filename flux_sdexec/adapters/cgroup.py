@@ -8,6 +8,7 @@ than raising; the texts are flux-core's, so job-exec's drain reasons read the sa
 from flux_sdexec.properties import parse_idset
 
 HINT = "(is cpuset controller delegated to the user instance?)"
+UNAVAILABLE = f"AllowedCPUs not enforced: cpuset.cpus unavailable {HINT}"
 
 
 def _cgroup2_mount():
@@ -39,12 +40,12 @@ def check_allowed_cpus(pid, expected):
     except OSError as exc:
         return f"AllowedCPUs: cannot read cgroup for pid {pid}: {exc.strerror}"
     if mount is None or path is None:
-        return f"AllowedCPUs not enforced: cpuset.cpus unavailable {HINT}"
+        return UNAVAILABLE
     try:
         with open(f"{mount}{path}/cpuset.cpus") as f:
             text = f.read().strip()
     except FileNotFoundError:
-        return f"AllowedCPUs not enforced: cpuset.cpus unavailable {HINT}"
+        return UNAVAILABLE
     except OSError as exc:
         return f"AllowedCPUs: failed to read cpuset.cpus: {exc.strerror}"
     try:
