@@ -19,7 +19,7 @@ job_results() {
 }
 # unit_active UNIT / units_gone UNIT...: systemd's view of job shell units.
 unit_active() {
-	test "$(systemctl --user show -p ActiveState --value "$1")" = active
+	sdexec_unit_is "$1" active
 }
 units_gone() {
 	for u in "$@"; do

@@ -25,7 +25,7 @@ unit_prop() {
 	systemctl --user show -p "$2" --value "$1"
 }
 loaded() {
-	test -n "$(systemctl --user list-units --all --plain --no-legend "$1")"
+	test -n "$(sdexec_list_units "$1")"
 }
 # imp_logged N: the IMP has logged at least N lines.
 imp_logged() {
@@ -98,7 +98,7 @@ test_multiuser_jobs() {
 	'
 	test_expect_success 'the abandoned unit is let go once its processes end at last' '
 		u=$(shell_unit 0 $(cat hung.id)) &&
-		test "$(unit_prop $u ActiveState)" = deactivating &&
+		sdexec_unit_is $u deactivating &&
 		systemctl --user kill -s SIGKILL $u &&
 		sdexec_wait_until test_must_fail loaded $u &&
 		flux resource undrain 0
