@@ -21,9 +21,14 @@ never="9998-9999"  # no machine has these CPUs, so the check always fails
 rank1_log_has() {
 	flux exec -r 1 flux dmesg | grep -q -- "$1"
 }
-# set_debug true|false: flux config load with [systemd] sdexec-debug changed
+# set_debug true|false: flux config load with [systemd] sdexec-debug changed, then
+# wait until rank 1 has it (followers take the new config from rank 0 asynchronously)
 set_debug() {
-	flux config get | jq ".systemd.\"sdexec-debug\" = $1" | flux config load
+	flux config get | jq ".systemd.\"sdexec-debug\" = $1" | flux config load &&
+	sdexec_wait_until rank1_debug_is $1
+}
+rank1_debug_is() {
+	flux exec -r 1 flux config get | jq -e ".systemd.\"sdexec-debug\" == $1" >/dev/null
 }
 
 test_expect_success 'sdexec-debug on' '
