@@ -14,11 +14,20 @@ Only wiring lives here: each handler hands its message to
 
 import errno
 import signal
+import sys
+from pathlib import Path
+
+# Run from a checkout (make demo, the tests), this file sits inside its own package:
+# import that package, not another installed copy. Installed by `make install`, it
+# sits alone and the package comes from site-packages.
+_ROOT = Path(__file__).resolve().parents[2]
+if (_ROOT / "flux_sdexec" / "__init__.py").is_file():
+    sys.path.insert(0, str(_ROOT))
 
 from flux.brokermod import BrokerModule, request_handler
 
-from flux_sdexec import config, naming
-from flux_sdexec.adapters.reactor import SdexecService
+from flux_sdexec import config, naming  # noqa: E402
+from flux_sdexec.adapters.reactor import SdexecService  # noqa: E402
 
 
 def _attr(handle, name, default=None):
