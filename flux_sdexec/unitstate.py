@@ -14,12 +14,39 @@ EXEC_FAILURE_STATUSES = range(200, 244)  # systemd's EXIT_* codes (203 = EXIT_EX
 CLD_EXITED, CLD_KILLED = 1, 2  # ExecMainCode; CLD_DUMPED (3) is reported like an exit
 
 
-class UnitStatus:
-    """Latched facts about one unit; booleans are computed, never stored."""
+def forget_call(active_state):
+    """The one policy for making systemd forget a loaded unit: the call due in ``active_state``.
 
-    __slots__ = ("active_state", "sub_state", "pid", "code", "status", "result", "left_inactive")
+    A failed unit stays loaded until ResetFailedUnit. An active (or activating) one must
+    be stopped first, and may then end failed and need the reset; a deactivating one is on
+    its way. Returns "reset-failed", "stop" or None.
+    """
+    if active_state == "failed":
+        return "reset-failed"
+    if active_state in ("active", "activating", "reloading"):
+        return "stop"
+    return None
 
-    def __init__(self):
+
+class Unit:
+    """What systemd last said about one unit (the design's struct unit).
+
+    Facts are latched; booleans are computed, never stored.
+    """
+
+    __slots__ = (
+        "name",
+        "active_state",
+        "sub_state",
+        "pid",
+        "code",
+        "status",
+        "result",
+        "left_inactive",
+    )
+
+    def __init__(self, name):
+        self.name = name  # the unit name, <label>:<instance>.service
         self.active_state = "unknown"
         self.sub_state = "unknown"
         self.pid = None

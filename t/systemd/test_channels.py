@@ -13,6 +13,7 @@ pytest.importorskip("flux", reason="flux's Python bindings are not installed")
 from flux.constants import FLUX_POLLIN, FLUX_POLLOUT  # noqa: E402
 
 from flux_sdexec.adapters.channels import OutputChannel  # noqa: E402
+from flux_sdexec.adapters.guard import Watchers  # noqa: E402
 from flux_sdexec.linebuf import OutputBuffer  # noqa: E402
 
 
@@ -73,7 +74,9 @@ def test_exception_in_output_callback_is_logged_and_does_not_escape():
     def boom(chunk, eof):
         raise RuntimeError("sink failed")
 
-    channel = OutputChannel(reactor, "stdout", OutputBuffer(), boom, lambda s: None, log)
+    channel = OutputChannel(
+        Watchers(reactor, log), "stdout", OutputBuffer(), boom, lambda s: None, log
+    )
     channel.start()
     channel.remote.sendall(b"line\n")
     assert reactor.run_once() == 1

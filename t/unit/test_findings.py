@@ -5,23 +5,34 @@ import pathlib
 import re
 import subprocess
 import shutil
+import syslog
 
 import pytest
 
 from flux_sdexec.events import (
+    AllowedCpusChecked,
+    AnswerWait,
+    ArmTimer,
     CancelTimer,
+    CloseChannels,
+    Log,
     OutputClosed,
-    PostStartCheckFailed,
     Reap,
     RespondError,
     StopTimerExpired,
+    StopUnit,
     UnitChanged,
     WaitRequested,
-    ArmTimer,
-    Respond,
 )
-from flux_sdexec.proc import Proc
+from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
+
+from helpers import feed, new
+
+
+def vars_of(obj):
+    return {name: getattr(obj, name) for name in obj.__slots__}
+
 
 TOP = pathlib.Path(__file__).resolve().parents[2]
 RUNNING = [
@@ -31,34 +42,27 @@ RUNNING = [
 ]
 
 
-def feed(proc, *events):
-    actions = []
-    for event in events:
-        actions += proc.handle(event)
-    return actions
-
-
 def test_wait_answered_while_deactivating_cancels_the_stop_timer():
     """Finding 1: a waitable process exits while its unit is deactivating and a wait is
     parked: the wait gets the status and the stop timer is cancelled, so no signal is sent
     to a process whose status was handed out and later expiries do nothing."""
-    proc = Proc("u.service", ["sh"], background=True, waitable=True, stop_timer_sec=1)
+    proc = new(["sh"], background=True, waitable=True, stop_timer_sec=1)
     feed(proc, *map(UnitChanged, RUNNING), WaitRequested("w"))
-    assert proc.handle(UnitChanged({"ActiveState": "deactivating", "SubState": "stop"})) == [
+    assert handle(proc, UnitChanged({"ActiveState": "deactivating", "SubState": "stop"})) == [
         ArmTimer(1)
     ]
-    actions = proc.handle(UnitChanged({"ExecMainCode": 2, "ExecMainStatus": 15}))
-    assert Respond({"status": 15}, to="w") in actions and CancelTimer() in actions
+    actions = handle(proc, UnitChanged({"ExecMainCode": 2, "ExecMainStatus": 15}))
+    assert AnswerWait("w", 15) in actions and CancelTimer() in actions
     assert feed(proc, StopTimerExpired(), StopTimerExpired(), StopTimerExpired()) == []
 
 
 def test_unit_gone_without_exit_status_fails_the_request_once():
     """Finding 2: a foreground unit that goes inactive/dead without ever reporting
     ExecMainCode, stdout still open: the last EOF answers one EINVAL and reaps."""
-    proc = Proc("u.service", ["sh"], streams=("stdout", "stderr"))
+    proc = new(["sh"], streams=("stdout", "stderr"))
     feed(proc, *map(UnitChanged, RUNNING))
     feed(proc, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}), OutputClosed("stdout"))
-    assert proc.handle(OutputClosed("stderr")) == [
+    assert handle(proc, OutputClosed("stderr")) == [
         RespondError(
             errno.EINVAL,
             "Internal error: unfailed inactive.dead unit never received "
@@ -73,14 +77,22 @@ def test_disallowed_input_changes_nothing_and_fails_the_process_once():
     """Finding 3: an input the table does not allow (a post-start check result for a
     process already reported started) leaves no trace of its handler: the process
     moves to a terminal error that answers the exec request once and releases the unit."""
-    proc = Proc("u.service", ["sh"], streams=("stdout",))
+    proc = new(["sh"], streams=("stdout",))
     feed(proc, *map(UnitChanged, RUNNING))
-    actions = proc.handle(PostStartCheckFailed("too late"))
-    assert [type(a).__name__ for a in actions][:2] == ["Log", "RespondError"]
-    assert actions[1].errnum == errno.EINVAL and "too late" not in actions[1].text
-    assert proc.state in (ProcState.RELEASING, ProcState.DONE)
+    before = dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out))
+    text = "internal error: AllowedCpusChecked in state RUNNING"
+    assert handle(proc, AllowedCpusChecked("too late")) == [
+        Log(syslog.LOG_ERR, f"u.service: {text}"),
+        RespondError(errno.EINVAL, text),
+        CloseChannels(),
+        StopUnit(),
+    ]
+    after = dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out))
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed == {"state", "error", "stop_sent"}
+    assert proc.state is ProcState.RELEASING and proc.error == (errno.EINVAL, text)
     later = feed(proc, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
-    assert not [a for a in later if isinstance(a, (Respond, RespondError))]
+    assert later == [Reap()]
 
 
 def test_setup_py_tells_the_true_minimum_python():

@@ -1,0 +1,134 @@
+"""SdProc: one exec request's process, field for field the design's ``struct sdproc``.
+
+Data only (plus a few facts computed from it). The decisions about it live in
+lifecycle.py, the rules for which decision applies in table.py, and machine.py
+applies them. The ``io`` slots hold the adapters' objects (sockets, watchers);
+the core never looks at them. Pure: stdlib only.
+"""
+
+import copy
+import os
+
+from flux_sdexec.linebuf import RetainedOutput
+from flux_sdexec.states import ProcState, StopStage
+from flux_sdexec.unitstate import Unit
+
+
+class Channel:
+    """One stdio channel (the design's struct channel): what the core knows of it."""
+
+    __slots__ = ("name", "used", "eof", "io")
+
+    def __init__(self, name, used):
+        self.name = name  # stdin, stdout or stderr
+        self.used = used  # this exec has the channel (a stream asked for, or stdin of a fg exec)
+        self.eof = False  # EOF seen (output) or sent (input)
+        self.io = None  # the adapter's socketpair end
+
+    @property
+    def open(self):
+        """Output may still arrive on it."""
+        return self.used and not self.eof
+
+
+class StopTimer:
+    """Kill escalation state (the design's stop timer state)."""
+
+    __slots__ = ("stage", "io")
+
+    def __init__(self):
+        self.stage = StopStage.IDLE  # what the next expiry does; IDLE: not armed
+        self.io = None  # the adapter's timer watcher
+
+
+class SdProc:
+    """One exec: request, command, calls, unit, channels, stop timer, responses.
+
+    Args:
+        exec_request: the adapter's request object (None for an adopted unit).
+        cmd: the command, a ``protocol.ExecRequest``.
+        unit: the unit name.
+        adopted: a leftover unit found at load; it was started long ago.
+    """
+
+    def __init__(self, exec_request, cmd, unit, adopted=False):
+        self.exec_request = exec_request  # the original request message; answers go to it
+        self.cmd = cmd  # the command: argv, env, label, flags, options
+        self.start_sent = adopted  # StartTransientUnit was called
+        self.stop_sent = False  # StopUnit was called
+        self.reset_sent = False  # ResetFailedUnit was called
+        self.watching = False  # PropertiesChanged of the unit are watched
+        self.unit = Unit(unit)  # what systemd last said about the unit
+        streams = set(cmd.streams)
+        self.in_ = Channel("stdin", not cmd.background)  # stdin
+        self.out = Channel("stdout", "stdout" in streams)  # stdout
+        self.err = Channel("stderr", "stderr" in streams)  # stderr
+        self.output_started = False  # StartOutput was asked for
+        self.stop = StopTimer()  # kill escalation
+        self.check_cpus = cmd.expected_cpus  # AllowedCPUs to check once the pid is known
+        self.check_sent = False  # CheckAllowedCpus was asked for
+        self.started_response_sent = adopted  # "started" answered (or logged, background)
+        self.finished_response_sent = False  # "finished" answered (or exit logged, background)
+        self.error = None  # (errno, text) for the terminal response
+        self.waiter = None  # the parked sdexec.wait request
+        self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
+        self.state = ProcState.STARTING  # where the process is (table.py)
+
+    def draft(self):
+        """A copy that a handler may change; ``commit()`` adopts it if the table allows.
+
+        The retained output is shared: only OutputChunk rows, which never change the
+        state, add to it.
+        """
+        d = copy.copy(self)
+        d.unit = copy.copy(self.unit)
+        d.in_, d.out, d.err = copy.copy(self.in_), copy.copy(self.out), copy.copy(self.err)
+        d.stop = copy.copy(self.stop)
+        return d
+
+    def commit(self, draft):
+        self.__dict__.update(draft.__dict__)
+
+    # ---- facts computed from the fields ----
+
+    @property
+    def outputs(self):
+        return (self.out, self.err)
+
+    @property
+    def output_open(self):
+        """Some output channel has not reached EOF yet."""
+        return self.out.open or self.err.open
+
+    @property
+    def pid(self):
+        """ExecMainPID, or -1 before systemd reports it."""
+        return self.unit.pid if self.unit.pid is not None else -1
+
+    @property
+    def logname(self):
+        """Name used in log records: label, else argv[0]'s basename, else the unit."""
+        return self.cmd.label or os.path.basename(self.cmd.cmdline[0]) or self.unit.name
+
+    @property
+    def keeps_record(self):
+        """A started waitable process: its stopped-but-loaded unit holds the status
+        until a wait collects it, so a restarted sdexec can still find it."""
+        return self.cmd.waitable and self.started_response_sent
+
+    @property
+    def visible(self):
+        """Listed and found by pid or label (a releasing process is only being let go)."""
+        return self.state not in (ProcState.RELEASING, ProcState.DONE)
+
+    @property
+    def finished(self):
+        """``sdexec.list`` shows it as Z: its exit status is known, or it is a zombie."""
+        return self.unit.code is not None or self.state is ProcState.ZOMBIE
+
+    @property
+    def owes_exec_response(self):
+        """The exec request still waits for a (terminal) response."""
+        if self.state in (ProcState.DONE, ProcState.ZOMBIE, ProcState.RELEASING):
+            return False
+        return not self.cmd.background or not self.started_response_sent
