@@ -71,6 +71,8 @@ def exec_failed(p, event, out):
     result = f", result {p.unit.result}" if p.unit.result else ""
     text = f"unit process could not be started (systemd error {p.unit.status}{result})"
     p.error = (errno.ENOENT, text)
+    if p.keeps_record:  # adopted: its record is the failed unit; a wait gets the error
+        return terminal_error(p, out)
     return S.FAILED
 
 
@@ -229,6 +231,9 @@ def terminal_error(p, out):
     errnum, text = p.error
     if p.owes_exec_response:
         out.append(RespondError(errnum, text))
+        if p.waiter is not None:  # a wait by label may be parked before "started"
+            out.append(AnswerWait(p.waiter, error=p.error))
+            p.waiter = None
         return S.DONE
     if p.cmd.background:
         out.append(Log(syslog.LOG_ERR, f"{p.logname}[{p.pid}]: {text}"))

@@ -67,7 +67,7 @@ row([STARTING], Phase.STARTED, [RUNNING], h.started)
 # (or answers its parked wait)
 row([RUNNING], Phase.EXITED, [FINISHED, *ENDS], h.exited)
 # exec failure (systemd exit 200-243): stored as ENOENT, answered when the unit is gone
-row([STARTING, RUNNING], Phase.EXEC_FAILED, [FAILED], h.exec_failed)
+row([STARTING, RUNNING], Phase.EXEC_FAILED, [FAILED, ZOMBIE, RELEASING], h.exec_failed)
 # stop / reset-failed, unless the unit is kept as a waitable's record
 row(ESCALATING, Phase.OVER, [None], h.over)
 # the stop timer starts when systemd starts stopping the unit
