@@ -9,23 +9,19 @@ import errno
 import signal
 import syslog
 
-from flux_sdexec import protocol
+from flux_sdexec import responses
 from flux_sdexec.events import (
     AnswerWait,
     CheckAllowedCpus,
     CloseChannels,
-    DrainOutput,
     KillUnit,
     Log,
-    ResetFailedUnit,
     Respond,
     RespondError,
-    StartOutput,
-    StopUnit,
     ArmTimer,
 )
 from flux_sdexec.states import ProcState, StopStage
-from flux_sdexec.unitstate import forget_call
+from flux_sdexec.waits import retain_or_drop
 
 S = ProcState
 UNLOADING_TEXT = "sdexec module is unloading"
@@ -49,8 +45,8 @@ def check_cpus(p, event, out):
 def started(p, event, out):
     if not p.started_response_sent:
         p.started_response_sent = True
-        out.append(Respond(protocol.started(p.unit.pid)))
-    start_output(p, out)
+        out.append(Respond(responses.started(p.unit.pid)))
+    out += p.start_output()
     return S.RUNNING
 
 
@@ -63,7 +59,7 @@ def exited(p, event, out):
         if p.keeps_record:
             return retain_or_drop(p, out)
     else:
-        out.append(Respond(protocol.finished(u.wait_status)))
+        out.append(Respond(responses.finished(u.wait_status)))
     return S.FINISHED
 
 
@@ -78,8 +74,8 @@ def exec_failed(p, event, out):
 
 def over(p, event, out):
     if p.unit.active_state == "failed":
-        start_output(p, out)  # an exec failure never started the output: its EOFs are owed
-    out += forget(p)
+        out += p.start_output()  # an exec failure never started the output: its EOFs are owed
+    out += p.forget()
     return p.state
 
 
@@ -90,7 +86,7 @@ def deactivating(p, event, out):
 
 
 def gone(p, event, out):
-    start_output(p, out)
+    out += p.start_output()
     if p.output_open:
         return p.state
     if p.error is None and p.unit.pid is None:
@@ -106,7 +102,7 @@ def gone(p, event, out):
 
 
 def settle(p, event, out):
-    out += forget(p)
+    out += p.forget()
     return S.DONE if p.unit.gone else S.RELEASING
 
 
@@ -123,7 +119,7 @@ def output_chunk(p, event, out):
     level = syslog.LOG_INFO if event.stream == "stdout" else syslog.LOG_ERR
     out.append(Log(level, f"{p.logname}[{p.pid}]: {text}"))
     if p.retained_output is not None:
-        io = protocol.io_object(event.stream, event.rank, event.data, event.eof)
+        io = responses.io_object(event.stream, event.rank, event.data, event.eof)
         p.retained_output.add(io, len(event.data))
     return p.state
 
@@ -131,12 +127,6 @@ def output_chunk(p, event, out):
 def output_closed(p, event, out):
     getattr(p, {"stdout": "out", "stderr": "err"}[event.stream]).eof = True
     return p.state
-
-
-def output_drained(p, event, out):
-    if p.waiter is None:
-        return p.state
-    return collect(p, out, drained=True)
 
 
 def cpus_checked(p, event, out):
@@ -148,7 +138,7 @@ def cpus_checked(p, event, out):
     out.append(Log(syslog.LOG_ERR, f"{p.unit.name}: post-start check failed: {event.problem}"))
     p.error = (errno.EIO, event.problem)
     out.append(KillUnit(signal.SIGKILL))
-    start_output(p, out)
+    out += p.start_output()
     return S.FAILED
 
 
@@ -184,47 +174,17 @@ def client_gone(p, event, out):
     return p.state
 
 
-def wait_requested(p, event, out):
-    p.waiter = event.waiter
-    if p.state is S.ZOMBIE:
-        return collect(p, out)
-    return p.state
-
-
-def waiter_gone(p, event, out):
-    p.waiter = None
-    return p.state
-
-
 def unloading(p, event, out):
     if p.owes_exec_response:
         out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT))
     if p.waiter is not None:
         out.append(AnswerWait(p.waiter, error=(errno.ENOSYS, UNLOADING_TEXT)))
         p.waiter = None
-    out += forget(p)  # the adapter sees the stop through within a grace period
+    out += p.forget()  # the adapter sees the stop through within a grace period
     return S.DONE
 
 
 # ---- shared steps ----
-
-
-def start_output(p, out):
-    if not p.output_started:
-        p.output_started = True
-        out.append(StartOutput())
-
-
-def forget(p):
-    """The next call that makes systemd forget the unit, each at most once (unitstate's policy)."""
-    call = forget_call(p.unit.active_state)
-    if call == "reset-failed" and not p.reset_sent:
-        p.reset_sent = True
-        return [ResetFailedUnit()]
-    if call == "stop" and not p.stop_sent:
-        p.stop_sent = True
-        return [StopUnit()]
-    return []
 
 
 def terminal_error(p, out):
@@ -239,26 +199,3 @@ def terminal_error(p, out):
         out.append(Log(syslog.LOG_ERR, f"{p.logname}[{p.pid}]: {text}"))
         return retain_or_drop(p, out)
     return S.DONE
-
-
-def retain_or_drop(p, out):
-    if not p.cmd.waitable:
-        return S.DONE
-    if p.waiter is not None:
-        return collect(p, out)
-    return S.ZOMBIE
-
-
-def collect(p, out, drained=False):
-    """Answer the waiter with the status (or stored error) once the output read so far is
-    in, then let the unit go."""
-    if not drained and p.output_open:
-        out.append(DrainOutput())
-        return S.ZOMBIE
-    waiter, p.waiter = p.waiter, None
-    if p.error is not None:
-        out.append(AnswerWait(waiter, error=p.error))
-    else:
-        out.append(AnswerWait(waiter, p.unit.wait_status, tuple(p.retained_output.items)))
-    out += forget(p)
-    return S.DONE if p.unit.gone else S.RELEASING

@@ -21,7 +21,6 @@ from flux_sdexec.events import (
     RespondError,
     UnitChanged,
 )
-from flux_sdexec.lifecycle import forget
 from flux_sdexec.states import ESCALATING, Phase, ProcState, StopStage
 from flux_sdexec.table import TABLE
 
@@ -111,7 +110,7 @@ def _refuse(p, what):
         p.waiter = None
     p.error = (errno.EINVAL, text)
     actions.append(CloseChannels())
-    actions += forget(p)
+    actions += p.forget()
     released = p.state is S.RELEASING or p.unit.gone
     p.state = S.DONE if released else S.RELEASING
     _stop_timer_rule(p, actions)

@@ -9,9 +9,10 @@ the core never looks at them. Pure: stdlib only.
 import copy
 import os
 
+from flux_sdexec.events import ResetFailedUnit, StartOutput, StopUnit
 from flux_sdexec.linebuf import RetainedOutput
 from flux_sdexec.states import ProcState, StopStage
-from flux_sdexec.unitstate import Unit
+from flux_sdexec.unitstate import Unit, forget_call
 
 
 class Channel:
@@ -88,6 +89,26 @@ class SdProc:
 
     def commit(self, draft):
         self.__dict__.update(draft.__dict__)
+
+    # ---- the two orders every step may need, each given once ----
+
+    def start_output(self):
+        """[StartOutput] the first time, then []."""
+        if self.output_started:
+            return []
+        self.output_started = True
+        return [StartOutput()]
+
+    def forget(self):
+        """The next call that makes systemd forget the unit, by unitstate's one policy."""
+        call = forget_call(self.unit.active_state)
+        if call == "reset-failed" and not self.reset_sent:
+            self.reset_sent = True
+            return [ResetFailedUnit()]
+        if call == "stop" and not self.stop_sent:
+            self.stop_sent = True
+            return [StopUnit()]
+        return []
 
     # ---- facts computed from the fields ----
 

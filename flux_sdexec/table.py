@@ -28,6 +28,7 @@ Pure: stdlib only.
 """
 
 from flux_sdexec import lifecycle as h
+from flux_sdexec import waits as w
 from flux_sdexec.events import (
     AllowedCpusChecked,
     ClientGone,
@@ -84,7 +85,7 @@ row(LIVE, UnitChanged, [None], h.same)
 row(LIVE, OutputChunk, [None], h.output_chunk)
 row(LIVE, OutputClosed, [None], h.output_closed)
 # a wait asked for the output written so far: answer it now
-row([ZOMBIE], OutputDrained, [ZOMBIE, RELEASING, DONE], h.output_drained)
+row([ZOMBIE], OutputDrained, [ZOMBIE, RELEASING, DONE], w.output_drained)
 # the answer to CheckAllowedCpus; a process that failed meanwhile ignores it
 row([STARTING], AllowedCpusChecked, [STARTING, FAILED], h.cpus_checked)
 row([FAILED], AllowedCpusChecked, [FAILED], h.cpus_checked)
@@ -95,8 +96,8 @@ row([ZOMBIE, RELEASING], StopTimerExpired, [None], h.same)
 # a gone client's foreground unit is SIGKILLed; background units live on
 row(LIVE, ClientGone, [None], h.client_gone)
 # a wait parks until the process is over, or collects a zombie's status
-row(ESCALATING, WaitRequested, [None], h.wait_requested)
-row([ZOMBIE], WaitRequested, [ZOMBIE, RELEASING, DONE], h.wait_requested)
-row([*ESCALATING, ZOMBIE], WaiterGone, [None], h.waiter_gone)
+row(ESCALATING, WaitRequested, [None], w.wait_requested)
+row([ZOMBIE], WaitRequested, [ZOMBIE, RELEASING, DONE], w.wait_requested)
+row([*ESCALATING, ZOMBIE], WaiterGone, [None], w.waiter_gone)
 # unload answers what is owed (ENOSYS) and lets the unit go
 row(LIVE, Unloading, [DONE], h.unloading)

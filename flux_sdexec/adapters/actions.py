@@ -8,7 +8,7 @@ feed their answer to the state machine through the service's ``feed``.
 import errno
 import syslog
 
-from flux_sdexec import protocol
+from flux_sdexec import responses
 from flux_sdexec.adapters import cgroup
 from flux_sdexec.errors import UnitError
 from flux_sdexec.events import (
@@ -74,7 +74,7 @@ class ActionRunner:
         if a.error is not None:
             self.svc.responder.respond_error(a.waiter.msg, *a.error)
         else:
-            result = protocol.wait_result(a.status, list(a.output))
+            result = responses.wait_result(a.status, list(a.output))
             self.svc.responder.respond(a.waiter.msg, result)
 
     def check_allowed_cpus(self, p, a):

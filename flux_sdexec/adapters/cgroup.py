@@ -5,7 +5,7 @@ Returns problems as text for the state machine (``PostStartCheckFailed``) rather
 than raising; the texts are flux-core's, so job-exec's drain reasons read the same.
 """
 
-from flux_sdexec.properties import parse_idset
+from flux_sdexec.values import parse_idset
 
 HINT = "(is cpuset controller delegated to the user instance?)"
 UNAVAILABLE = f"AllowedCPUs not enforced: cpuset.cpus unavailable {HINT}"

@@ -8,7 +8,7 @@ feeds stdin, ``kill``/``wait``/``list``/``stats-get`` look processes up, and
 import dataclasses
 import errno
 
-from flux_sdexec import properties, protocol
+from flux_sdexec import properties, protocol, responses
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
 from flux_sdexec.adapters.messages import (
     Request,
@@ -125,7 +125,7 @@ class Requests:
     def list(self, msg):
         """``sdexec.list``: every tracked process, in start order."""
         procs = [
-            protocol.list_entry(p.pid, p.cmd.cmdline[0], p.cmd.label, p.finished)
+            responses.list_entry(p.pid, p.cmd.cmdline[0], p.cmd.label, p.finished)
             for p in self.svc.registry
             if p.visible
         ]

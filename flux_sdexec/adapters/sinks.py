@@ -6,7 +6,7 @@ background chunk is an ``OutputChunk`` input: the core logs it and keeps it for 
 wait.
 """
 
-from flux_sdexec import protocol
+from flux_sdexec import responses
 from flux_sdexec.events import OutputChunk
 
 
@@ -27,7 +27,7 @@ def output_sink(responder, p, stream, rank, feed):
         def stream_chunk(chunk, eof):
             nonlocal encoder
             if encoder is None:  # built at the first chunk: the pid is known by then
-                encoder = protocol.OutputEncoder(stream, rank, p.pid)
+                encoder = responses.OutputEncoder(stream, rank, p.pid)
             text = encoder.data(chunk, eof) if chunk else encoder.eof()
             responder.respond_raw(msg, text.encode())
 

@@ -41,6 +41,7 @@ from flux_sdexec.states import ProcState
 from helpers import new
 
 FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures"
+EXEC_FAIL_TEXT = "unit process could not be started (systemd error 203, result exit-code)"
 
 
 def signals(name):
@@ -361,3 +362,30 @@ def test_passed_post_start_check_lets_started_go_out():
     assert handle(proc, AllowedCpusChecked(None)) == []
     actions = replay(proc, "sigterm", until=6)
     assert actions[:2] == [Respond({"type": "started", "pid": pid_of("sigterm")}), StartOutput()]
+
+
+def test_wait_parked_before_started_gets_the_exec_failure():
+    """A wait by label can arrive before "started": if the command cannot run, the
+    waiter gets the same ENOENT as the exec request (found by the fuzz test)."""
+    proc = new(["/notacmd"], label="L", background=True, waitable=True)
+    handle(proc, WaitRequested("w"))
+    actions = replay(proc, "exec-fail")
+    assert [a for a in actions if isinstance(a, (RespondError, AnswerWait))] == [
+        RespondError(errno.ENOENT, EXEC_FAIL_TEXT),
+        AnswerWait("w", error=(errno.ENOENT, EXEC_FAIL_TEXT)),
+    ]
+    assert proc.state is ProcState.DONE
+
+
+def test_adopted_unit_that_could_not_exec_is_a_zombie_with_its_error():
+    """An adopted unit found failed with an exec failure keeps its record: a wait gets
+    the ENOENT, then the unit is reset (found by the fuzz test)."""
+    proc = new(["sh"], label="L", background=True, waitable=True, adopted=True)
+    props = {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"}
+    props.update({"ExecMainPID": 9, "ExecMainCode": 1, "ExecMainStatus": 203})
+    handle(proc, UnitChanged(props))
+    assert proc.state is ProcState.ZOMBIE
+    assert handle(proc, WaitRequested("w")) == [
+        AnswerWait("w", error=(errno.ENOENT, EXEC_FAIL_TEXT)),
+        ResetFailedUnit(),
+    ]
