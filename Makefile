@@ -32,5 +32,9 @@ install:
 demo:
 	eval "$$(t/start-user-systemd.sh)" && t/demo.sh
 
+# black and flake8 at 100 columns; vermin checks that setup.py's python_requires (3.9)
+# is the minimum the code needs (--eval-annotations: it also reads annotations)
 lint:
-	$(PYTHON) -m black --check -l 100 flux_sdexec t
+	$(PYTHON) -m black --check -l 100 flux_sdexec t bench
+	$(PYTHON) -m flake8 --max-line-length 100 flux_sdexec t bench
+	vermin --no-tips --eval-annotations --violations -t=3.9- flux_sdexec
