@@ -27,6 +27,7 @@ if (_ROOT / "flux_sdexec" / "__init__.py").is_file():
 from flux.brokermod import BrokerModule, request_handler  # noqa: E402
 
 from flux_sdexec import config, naming  # noqa: E402
+from flux_sdexec.adapters.guard import guarded  # noqa: E402
 from flux_sdexec.adapters.requests import Requests  # noqa: E402
 from flux_sdexec.adapters.service import SdexecService  # noqa: E402
 
@@ -102,7 +103,7 @@ class SdexecModule(BrokerModule):
 
     @request_handler("disconnect")
     def disconnect(self, msg):
-        self.requests.disconnect(msg)
+        guarded(self.log, "disconnect", self.requests.disconnect)(msg)  # never answered
 
     @request_handler("config-reload")
     def config_reload(self, msg):
