@@ -8,7 +8,7 @@ and its wait status. Pure: stdlib only.
 ACTIVE_STATES = frozenset(
     ("activating", "active", "deactivating", "inactive", "failed", "reloading")
 )
-# the PropertiesChanged properties UnitStatus.update() reads
+# the PropertiesChanged properties Unit.update() reads
 TRACKED = ("ActiveState", "SubState", "ExecMainPID", "ExecMainCode", "ExecMainStatus", "Result")
 EXEC_FAILURE_STATUSES = range(200, 244)  # systemd's EXIT_* codes (203 = EXIT_EXEC)
 CLD_EXITED, CLD_KILLED = 1, 2  # ExecMainCode; CLD_DUMPED (3) is reported like an exit
