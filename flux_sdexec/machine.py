@@ -61,18 +61,18 @@ def handle(p, event):
         return []
     row = TABLE.get((p.state, type(event)))
     if row is None:
-        return _refuse(p, type(event).__name__)
+        return fail(p, type(event).__name__)
     d = p.draft()
     actions = []
     if type(event) is UnitChanged and not d.unit.update(event.props):
         return []
     if not _step(d, row, event, actions):
-        return _refuse(p, type(event).__name__)
+        return fail(p, type(event).__name__)
     if type(event) is not OutputChunk:  # output changes no unit fact
         for phase, due in DUE.items():
             prow = TABLE.get((d.state, phase))
             if prow is not None and due(d) and not _step(d, prow, event, actions):
-                return _refuse(p, f"{type(event).__name__} ({phase.name})")
+                return fail(p, f"{type(event).__name__} ({phase.name})")
     before = p.state
     p.commit(d)
     _stop_timer_rule(p, actions)
@@ -99,8 +99,9 @@ def _stop_timer_rule(p, actions):
         actions.append(CancelTimer())
 
 
-def _refuse(p, what):
-    """Fail the process for an input its state does not allow (a bug, never the client's)."""
+def fail(p, what):
+    """Fail the process for an input its state does not allow, or that a handler could not
+    apply (a bug, never the client's): answer what is owed once, let the unit go."""
     text = f"internal error: {what} in state {p.state.name}"
     actions = [Log(syslog.LOG_ERR, f"{p.unit.name}: {text}")]
     if p.owes_exec_response:

@@ -1,6 +1,7 @@
 """SdProc: one exec request's process, field for field the design's ``struct sdproc``.
 
-Data only (plus a few facts computed from it). The decisions about it live in
+Data (plus the facts computed from it and the two orders every step may need:
+StartOutput once, and the forget policy's next call). The decisions about it live in
 lifecycle.py, the rules for which decision applies in table.py, and machine.py
 applies them. The ``io`` slots hold the adapters' objects (sockets, watchers);
 the core never looks at them. Pure: stdlib only.

@@ -19,7 +19,7 @@ from flux_sdexec.adapters.messages import Responder, is_local
 from flux_sdexec.adapters.systemd import SystemdBridge
 from flux_sdexec.errors import RequestError, UnitError
 from flux_sdexec.events import UnitChanged, Unloading
-from flux_sdexec.machine import handle
+from flux_sdexec.machine import fail, handle
 from flux_sdexec.registry import Registry
 from flux_sdexec.states import ProcState
 
@@ -59,9 +59,8 @@ class SdexecService:
         """Apply one input to SdProc ``p`` and carry out the actions, each on its own."""
         try:
             actions = handle(p, event)
-        except Exception as exc:  # a bug in the core: say so, keep the module up
-            self.log.error(f"{p.unit.name}: {type(event).__name__}: {exc!r}")
-            actions = []
+        except Exception as exc:  # a bug in the core: nothing was changed; fail the process
+            actions = fail(p, f"{type(event).__name__}: {exc!r}")
         for action in actions:
             try:
                 self.runner.run(p, action)
