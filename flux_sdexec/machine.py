@@ -52,6 +52,10 @@ DUE = {
 }
 
 
+# the phase rows of each state (the same rows as TABLE's, looked up per state once)
+PHASE_ROWS = {s: {ph: TABLE[(s, ph)] for ph in Phase if (s, ph) in TABLE} for s in ProcState}
+
+
 def handle(p, event):
     """Apply one input to SdProc ``p``; return the actions to carry out, in order.
 
@@ -62,15 +66,18 @@ def handle(p, event):
     row = TABLE.get((p.state, type(event)))
     if row is None:
         return fail(p, type(event).__name__)
-    d = p.draft()
+    unit = None
+    if type(event) is UnitChanged:
+        unit = p.unit.copy()
+        if not unit.update(event.props):
+            return []
+    d = p.draft(unit)
     actions = []
-    if type(event) is UnitChanged and not d.unit.update(event.props):
-        return []
     if not _step(d, row, event, actions):
         return fail(p, type(event).__name__)
     if type(event) is not OutputChunk:  # output changes no unit fact
         for phase, due in DUE.items():
-            prow = TABLE.get((d.state, phase))
+            prow = PHASE_ROWS[d.state].get(phase)
             if prow is not None and due(d) and not _step(d, prow, event, actions):
                 return fail(p, f"{type(event).__name__} ({phase.name})")
     before = p.state

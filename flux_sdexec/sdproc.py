@@ -7,7 +7,6 @@ applies them. The ``io`` slots hold the adapters' objects (sockets, watchers);
 the core never looks at them. Pure: stdlib only.
 """
 
-import copy
 import os
 
 from flux_sdexec.events import ResetFailedUnit, StartOutput, StopUnit
@@ -32,6 +31,11 @@ class Channel:
         """Output may still arrive on it."""
         return self.used and not self.eof
 
+    def copy(self):
+        c = Channel.__new__(Channel)
+        c.name, c.used, c.eof, c.io = self.name, self.used, self.eof, self.io
+        return c
+
 
 class StopTimer:
     """Kill escalation state (the design's stop timer state)."""
@@ -41,6 +45,11 @@ class StopTimer:
     def __init__(self):
         self.stage = StopStage.IDLE  # what the next expiry does; IDLE: not armed
         self.io = None  # the adapter's timer watcher
+
+    def copy(self):
+        c = StopTimer.__new__(StopTimer)
+        c.stage, c.io = self.stage, self.io
+        return c
 
 
 class SdProc:
@@ -76,16 +85,17 @@ class SdProc:
         self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
         self.state = ProcState.STARTING  # where the process is (table.py)
 
-    def draft(self):
+    def draft(self, unit=None):
         """A copy that a handler may change; ``commit()`` adopts it if the table allows.
 
-        The retained output is shared: only OutputChunk rows, which never change the
-        state, add to it.
+        ``unit``: an already updated copy of the Unit to use. The retained output is
+        shared: only OutputChunk rows, which never change the state, add to it.
         """
-        d = copy.copy(self)
-        d.unit = copy.copy(self.unit)
-        d.in_, d.out, d.err = copy.copy(self.in_), copy.copy(self.out), copy.copy(self.err)
-        d.stop = copy.copy(self.stop)
+        d = SdProc.__new__(SdProc)
+        d.__dict__.update(self.__dict__)
+        d.unit = unit or self.unit.copy()
+        d.in_, d.out, d.err = self.in_.copy(), self.out.copy(), self.err.copy()
+        d.stop = self.stop.copy()
         return d
 
     def commit(self, draft):

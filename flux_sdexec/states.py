@@ -17,6 +17,8 @@ class ProcState(enum.Enum):
     RELEASING = "releasing"  # all answered; waiting for systemd to forget the unit
     DONE = "done"  # nothing more is owed; the adapter forgets it
 
+    __hash__ = object.__hash__  # members are singletons; Enum's hash is Python code (hot path)
+
     def __repr__(self):
         return self.name
 
@@ -35,6 +37,8 @@ class Phase(enum.Enum):
     DEACTIVATING = "systemd is stopping the unit"
     GONE = "inactive again after having run"
     SETTLE = "anything systemd says about a unit being let go"
+
+    __hash__ = object.__hash__
 
     def __repr__(self):
         return self.name

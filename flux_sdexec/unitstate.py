@@ -55,6 +55,12 @@ class Unit:
         self.result = None
         self.left_inactive = False  # systemd's first signal shows inactive/dead, before the start
 
+    def copy(self):
+        c = Unit.__new__(Unit)
+        for name in Unit.__slots__:
+            setattr(c, name, getattr(self, name))
+        return c
+
     def update(self, props):
         """Merge one signal's properties; return True if anything we track changed."""
         before = (self.active_state, self.sub_state, self.pid, self.code, self.result)
