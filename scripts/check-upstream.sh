@@ -38,6 +38,10 @@ mv "$libs"/sdexec.so* "$aside"/ 2>/dev/null
 
 export FLUX_MODULE_PATH_PREPEND="$repo/flux_sdexec/modules"
 echo "check-upstream: $BUILD/t against $FLUX_MODULE_PATH_PREPEND (C sdexec.so moved aside)"
+# Make sure `flux module load sdexec` in that tree loads ours (it logs its unit glob).
+"$BUILD/src/cmd/flux" start -Sbroker.rc1_path= -Sbroker.rc3_path= \
+    sh -c 'flux module load sdexec && flux dmesg | grep -q "units named <label>:"' ||
+    die "the build's flux does not load this checkout's sdexec module"
 
 failed=0
 for suite in $SUITES; do
