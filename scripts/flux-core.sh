@@ -22,7 +22,7 @@ die() { echo "flux-core: $*" >&2; exit 1; }
 # Debian packages flux-core's configure needs (from its scripts/install-deps-deb.sh, less docs/tests extras).
 DEB_DEPS="make gcc g++ pkg-config libc6-dev libzmq3-dev uuid-dev libjansson-dev liblz4-dev
     libarchive-dev libhwloc-dev libsqlite3-dev lua5.1 liblua5.1-dev lua-posix libsystemd-dev
-    libsodium-dev jq time"
+    libsodium-dev libncurses-dev jq time"
 PY_DEPS="cffi ply pyyaml"
 
 installed_version() {
@@ -88,7 +88,7 @@ rmdir "$tmp"
 
 cd "$BUILD"
 log="$BUILD/flux-sdexec-build.log"
-say "configure, make -j$(nproc) (about 10 minutes on 2 cores); log in $log"
+say "configure, make -j$(nproc) (a few minutes); log in $log"
 start=$SECONDS
 ./configure --prefix="$PREFIX" --disable-docs PYTHON="$PYTHON" >"$log" 2>&1 ||
     { tail -30 "$log" >&2; die "configure failed (see $log)"; }
