@@ -28,6 +28,7 @@ check-flux:
 install:
 	$(PYTHON) -m pip install .
 	install -D -m 0644 flux_sdexec/modules/sdexec.py $(DESTDIR)$(MODULE_DIR)/sdexec.py
+	install -D -m 0644 flux_sdexec/modules/sdexec-mapper.py $(DESTDIR)$(MODULE_DIR)/sdexec-mapper.py
 
 demo:
 	eval "$$(t/start-user-systemd.sh)" && t/demo.sh

@@ -9,8 +9,6 @@ module's unload answers it with an error and nothing is started.
 import errno
 import json
 
-from flux.constants import FLUX_NODEID_ANY
-
 from flux_sdexec import containment
 from flux_sdexec.errors import RequestError
 
@@ -23,6 +21,9 @@ class MapperLookups:
     Args:
         handle: the module's flux handle.
         log: the module's logger.
+        rank: this broker's rank: the lookup goes to its mapper only (with
+            FLUX_NODEID_ANY a rank without one would be answered by an upstream
+            rank's mapper, which maps nothing of another rank's R: unconstrained).
         serve: ``SdexecService.serve``-like: ``serve(msg, verb, func)`` runs ``func(msg)``
             and turns an exception into the request's one error response.
         respond_error: ``respond_error(msg, errnum, text)``.
@@ -30,9 +31,10 @@ class MapperLookups:
         debug: returns ``[systemd] sdexec-debug`` (log each start's mapped properties).
     """
 
-    def __init__(self, handle, log, serve, respond_error, sender_of, debug):
+    def __init__(self, handle, log, rank, serve, respond_error, sender_of, debug):
         self.h = handle
         self.log = log
+        self.rank = rank
         self._debug = debug
         self._serve = serve
         self._respond_error = respond_error
@@ -44,16 +46,16 @@ class MapperLookups:
 
     def lookup(self, msg, req, proceed):
         """Send the lookup for ``req``; ``proceed(msg, req)`` starts the unit once mapped."""
-        future = self.h.rpc(
-            containment.LOOKUP_TOPIC, containment.lookup_payload(req), FLUX_NODEID_ANY, 0
-        )
+        future = self.h.rpc(containment.LOOKUP_TOPIC, containment.lookup_payload(req), self.rank, 0)
         self._pending[future] = (msg, self._sender_of(msg), req, proceed)
         future.then(self._mapped)
 
     def _mapped(self, future):
         entry = self._pending.pop(future, None)
-        if entry is None:
-            return  # answered already (disconnect, unload)
+        if entry is None:  # answered already (disconnect)
+            if self._debug():
+                self.log.debug("sdexec-mapper.lookup answered after its request ended")
+            return
         msg, _, req, proceed = entry
 
         def resume(msg):

@@ -125,7 +125,7 @@ class SdexecService:
         self._pumping = False
         self._retry = None
         self.lookups = MapperLookups(
-            handle, log, self.serve, self._respond_error, sender_of, lambda: self.debug
+            handle, log, rank, self.serve, self._respond_error, sender_of, lambda: self.debug
         )
         self._adopt_leftovers()
 
