@@ -28,6 +28,7 @@ sdexec_under_flux 2 jobs
 T=$SDEXEC_WAIT_TIMEOUT
 GIB8=8589934592
 test -n "$(command -v hwloc-calc)" && test_set_prereq HWLOC_CALC
+test "$(id -u)" = 0 && test_set_prereq ROOT  # mknod under /dev
 # the device pattern is unique to this run (the outer run's pid, in the config)
 PATTERN=$(flux config get | jq -r '.sdexec."allowed-devices"[1]')
 TESTDEV=${PATTERN%\*}dev
@@ -265,7 +266,7 @@ test_expect_success 'sdexec unloads while a lookup is pending: ENOSYS, nothing s
 	test -z "$(sdexec_list_units unloading.service)" &&
 	rm gate
 '
-test_expect_success 'a char device created under /dev after start is in the next lookup' '
+test_expect_success ROOT 'a char device created under /dev after start is in the next lookup' '
 	set_config mapper &&
 	lookup 0 "$(r_local 0 0)" >before.out &&
 	jq -e ".DeviceAllow == \"/dev/null rw\"" before.out &&

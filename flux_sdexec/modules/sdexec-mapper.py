@@ -12,6 +12,7 @@ Only wiring lives here; the logic is ``flux_sdexec.mapper.service.MapperService`
 """
 
 import errno
+import signal
 import sys
 from pathlib import Path
 
@@ -36,6 +37,9 @@ class SdexecMapperModule(BrokerModule):
         except ValueError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
             raise OSError(errno.EINVAL, str(exc)) from None
+        # the broker SIGTERMs a module still loaded at exit: stop cleanly then too
+        self._sigterm = h.signal_watcher_create(signal.SIGTERM, lambda *args: self.stop())
+        self._sigterm.start()
 
     def _topology(self):
         return self.handle.rpc("resource.topo-get").get_str()

@@ -81,19 +81,22 @@ out = []
 for path, cores in json.load(sys.stdin):
     m = HwlocMapper(open(path).read(), 0)
     out.append(m.map_cores(cores))
+m._discover_gpu_devices = lambda addr: [addr]  # the PCI address of each logical GPU
+out.append([m.map_gpus(str(i))["DeviceAllow"] for i in range(5)])
 print(json.dumps(out))
 """
 
 
 @pytest.mark.skipif(not shutil.which("flux"), reason="flux-core not installed")
 def test_same_as_flux_core():
-    """For the same XML and cores, flux-core's HwlocMapper.map_cores gives what ours gives."""
+    """For the same XML, flux-core's HwlocMapper maps cores and orders GPUs as ours does."""
     from conftest import HWLOC
 
     from flux_sdexec.mapper import HwlocMapper
 
     cases = [(str(HWLOC / "synthetic.xml"), c) for c in ("0", "0-1", "3-4", "0,5,10,15", "0-15")]
-    cases += [(str(HWLOC / "this-machine.xml"), "0"), (str(HWLOC / "this-machine.xml"), "")]
+    cases += [(str(HWLOC / "this-machine.xml"), c) for c in ("0", "")]
+    cases += [(str(HWLOC / "synthetic.xml"), "0")]  # its mapper also gives the GPU order
     run = subprocess.run(
         ["flux", "python", "-c", FLUX_CORE_CASES],
         input=json.dumps(cases),
@@ -104,4 +107,5 @@ def test_same_as_flux_core():
         pytest.skip("this flux-core has no flux.sdexec.map")
     assert run.returncode == 0, run.stderr
     ours = [HwlocMapper(open(p).read()).map_cores(c) for p, c in cases]
+    ours.append(Topology(xml("synthetic")).gpus())
     assert ours == json.loads(run.stdout)
