@@ -206,6 +206,15 @@ test_expect_success 'a custom mapper from mapper-searchpath shows in stats and m
 		>site.expected &&
 	test_cmp site.expected site.out
 '
+test_expect_success 'flux-core'"'"'s own HwlocMapper, named in sdexec.mapper, loads and agrees' '
+	set_config mapper "$(printf "[sdexec]\nmapper = \"flux.sdexec.map.HwlocMapper\"")" &&
+	mapper_stats 0 | jq -e ".config.mapper_class == \"flux.sdexec.map.HwlocMapper\"" &&
+	lookup 0 "$(r_local 0 0)" >flux-core.out &&
+	set_config mapper &&
+	lookup 0 "$(r_local 0 0)" >ours.out &&
+	test_debug "cat flux-core.out ours.out" &&
+	test_cmp flux-core.out ours.out
+'
 test_expect_success 'a mapper that waits for a gate file before answering' '
 	cat >site/gated.py <<-EOF &&
 	import os
