@@ -8,8 +8,9 @@ SHARNESS_TESTS := $(sort $(wildcard t/t[0-9]*.t))
 FLUX_CORE_TARBALL ?=
 export PYTHON FLUX_CORE_TARBALL
 
-DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sharness perl procps
-PIP_DEPS := pytest pystemd
+DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sharness perl procps \
+	libhwloc15 hwloc-nox
+PIP_DEPS := pytest pystemd cffi
 
 .PHONY: check check-unit check-systemd check-flux check-upstream deps flux-core install demo lint
 
@@ -53,6 +54,7 @@ flux-core:
 install:
 	$(PYTHON) -m pip install .
 	install -D -m 0644 flux_sdexec/modules/sdexec.py $(DESTDIR)$(MODULE_DIR)/sdexec.py
+	install -D -m 0644 flux_sdexec/modules/sdexec-mapper.py $(DESTDIR)$(MODULE_DIR)/sdexec-mapper.py
 
 demo:
 	@scripts/prereqs.sh flux systemd python

@@ -2,7 +2,7 @@
 # Check what a make target needs and name the command that provides what is missing.
 #
 # Usage: scripts/prereqs.sh python|systemd|flux|sharness ...
-#   python    PYTHON (default python3) imports pystemd and pytest
+#   python    PYTHON (default python3) imports pystemd, pytest and cffi
 #   systemd   the binaries t/start-user-systemd.sh starts (systemd --user, dbus-daemon)
 #   flux      flux-core >= 0.88 with systemd support on PATH
 #   sharness  Debian's sharness library and prove
@@ -19,7 +19,7 @@ need() {
 for what in "$@"; do
     case $what in
     python)
-        for mod in pystemd pytest; do
+        for mod in pystemd pytest cffi; do
             "$PYTHON" -c "import $mod" 2>/dev/null ||
                 need "Python package $mod for $PYTHON" "make deps (or: $PYTHON -m pip install $mod)"
         done

@@ -13,9 +13,10 @@ import syslog
 from _flux._core import ffi, lib
 from flux.constants import FLUX_POLLIN
 
-from flux_sdexec import properties, protocol, unitstate
+from flux_sdexec import containment, properties, protocol, unitstate
 from flux_sdexec.adapters import cgroup, teardown
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
+from flux_sdexec.adapters.mapper_client import MapperLookups
 from flux_sdexec.adapters.sinks import output_sink
 from flux_sdexec.adapters.systemd import SystemdBridge
 from flux_sdexec.errors import RequestError, UnitError
@@ -41,7 +42,7 @@ from flux_sdexec.events import (
     WaiterGone,
 )
 from flux_sdexec.linebuf import OutputBuffer
-from flux_sdexec.proc import Proc
+from flux_sdexec.proc import UNLOADING_TEXT, Proc
 from flux_sdexec.registry import Registry
 from flux_sdexec.states import ProcState
 
@@ -123,6 +124,9 @@ class SdexecService:
         self._watch_bus()
         self._pumping = False
         self._retry = None
+        self.lookups = MapperLookups(
+            handle, log, rank, self.serve, self._respond_error, sender_of, lambda: self.debug
+        )
         self._adopt_leftovers()
 
     # ---- systemd side ----
@@ -319,8 +323,15 @@ class SdexecService:
     # ---- requests ----
 
     def exec(self, msg):
-        """``sdexec.exec``: validate, name, start the unit; responses follow from signals."""
+        """``sdexec.exec``: validate, map resources if asked, then start the unit."""
         req = protocol.parse_exec(payload_of(msg, "exec"), lib.flux_msg_is_streaming(msg.handle))
+        if req.r_local is not None:
+            self.lookups.lookup(msg, req, self._start)
+        else:
+            self._start(msg, req)
+
+    def _start(self, msg, req):
+        """Name and start the unit; responses follow from signals. Returns the unit name."""
         if req.label and self.registry.has_label(req.label):
             raise RequestError(errno.EEXIST, "command label is not unique")
         unit = self.namer.name(req.label, req.opts.get("SDEXEC_NAME"))
@@ -337,8 +348,7 @@ class SdexecService:
             stop_signal=req.stop_signal,
         )
         t = Tracked(unit, proc, msg)
-        if self.debug:  # flux-core honours SDEXEC_TEST_EXPECTED_CPUS only in debug mode
-            t.expected_cpus = req.expected_cpus
+        t.expected_cpus = containment.expected_cpus(req, self.debug)
         try:
             self._open_channels(t, req)
             environment = protocol.unit_environment(req.env, self.local_uri)
@@ -360,6 +370,7 @@ class SdexecService:
         for channel in (t.stdin, *t.outputs.values()):
             if channel is not None:
                 channel.release_remote()
+        return unit
 
     def _open_channels(self, t, req):
         if not req.background:
@@ -456,6 +467,7 @@ class SdexecService:
     def disconnect(self, msg):
         """RFC 6 disconnect: kill the client's foreground units, drop its parked waits."""
         sender = sender_of(msg)
+        self.lookups.cancel(sender)
         for t in self.registry.by_sender(sender):
             if t.sender == sender and t.proc.state is not ProcState.ZOMBIE:
                 self._feed(t, ClientGone())
@@ -465,6 +477,7 @@ class SdexecService:
 
     def unload(self):
         """Answer what is owed with ENOSYS and stop every unit still running."""
+        self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         units = [t.unit for t in self.registry if not t.proc.status.gone]
         for t in self.registry:
             self._feed(t, Unloading())
