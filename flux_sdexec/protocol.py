@@ -25,6 +25,7 @@ LOCAL_FLAG_STDIO_FALLTHROUGH = 1
 
 OPTIONS = (
     "SDEXEC_NAME",
+    "SDEXEC_R_LOCAL",
     "SDEXEC_STOP_TIMER_SEC",
     "SDEXEC_STOP_TIMER_SIGNAL",
     "SDEXEC_TEST_EXPECTED_CPUS",
@@ -52,6 +53,8 @@ class ExecRequest:
     stop_timer_sec: int = None
     stop_signal: int = signal.SIGKILL
     expected_cpus: str = None  # SDEXEC_TEST_EXPECTED_CPUS, checked after start (debug only)
+    r_local: str = None  # SDEXEC_R_LOCAL: R to ask sdexec-mapper about before the start
+    mapped_cpus: str = None  # the mapper's AllowedCPUs, checked after start
 
 
 def _proto(text):
@@ -145,13 +148,6 @@ def parse_exec(payload, streaming):
         raise _proto("cwd must be a string")
     if label is not None and not isinstance(label, str):
         raise _proto("label must be a string")
-    if "SDEXEC_R_LOCAL" in opts:
-        # not ENOSYS: job-exec would report that as "sdexec service is not loaded"
-        raise RequestError(
-            errno.EOPNOTSUPP,
-            "SDEXEC_R_LOCAL: resource containment (exec.sdexec-constrain-resources) "
-            "is not supported by flux-sdexec yet",
-        )
     for key in opts:
         if key.startswith("SDEXEC_") and key not in OPTIONS and not key.startswith(PROP_PREFIX):
             raise RequestError(errno.EINVAL, f"{key}: unknown sdexec option")
@@ -181,6 +177,7 @@ def parse_exec(payload, streaming):
         stop_timer_sec=stop_timer_sec,
         stop_signal=stop_signal,
         expected_cpus=expected_cpus,
+        r_local=opts.get("SDEXEC_R_LOCAL"),
     )
 
 

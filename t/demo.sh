@@ -4,7 +4,8 @@ set -e
 repo=$(cd "$(dirname "$0")/.." && pwd)
 confdir=$(mktemp -d)
 trap 'rm -rf "$confdir"' EXIT
-sed "s|^sdexec.module = .*|sdexec.module = \"$repo/flux_sdexec/modules/sdexec.py\"|" \
+sed -e "s|^sdexec.module = .*|sdexec.module = \"$repo/flux_sdexec/modules/sdexec.py\"|" \
+    -e "s|^sdexec-mapper.module = .*|sdexec-mapper.module = \"$repo/flux_sdexec/modules/sdexec-mapper.py\"|" \
     "$repo/conf.d/sdexec.toml" >"$confdir/sdexec.toml"
 
 flux start --test-size=2 --config-path="$confdir" sh -c '

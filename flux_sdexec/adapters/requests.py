@@ -8,7 +8,7 @@ feeds stdin, ``kill``/``wait``/``list``/``stats-get`` look processes up, and
 import dataclasses
 import errno
 
-from flux_sdexec import properties, protocol, responses
+from flux_sdexec import containment, properties, protocol, responses
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
 from flux_sdexec.adapters.messages import (
     Request,
@@ -31,16 +31,24 @@ class Requests:
         self.svc = svc
 
     def exec(self, msg):
-        """``sdexec.exec``: validate, name, start the unit; responses follow from signals."""
-        svc = self.svc
+        """``sdexec.exec``: validate, map resources if asked, then start the unit."""
         req = protocol.parse_exec(payload_of(msg, "exec"), is_streaming(msg))
+        if req.r_local is not None:
+            self.svc.lookups.lookup(msg, req, self._start)
+        else:
+            self._start(msg, req)
+
+    def _start(self, msg, req):
+        """Name and start the unit; responses follow from signals. Returns the unit name."""
+        svc = self.svc
         if req.label and svc.registry.has_label(req.label):
             raise RequestError(errno.EEXIST, "command label is not unique")
         unit = svc.namer.name(req.label, req.opts.get("SDEXEC_NAME"))
         if svc.registry.by_unit(unit) is not None:
             raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
-        if not svc.debug:  # flux-core honours SDEXEC_TEST_EXPECTED_CPUS only in debug mode
-            req = dataclasses.replace(req, expected_cpus=None)
+        # what the post-start check expects: SDEXEC_TEST_EXPECTED_CPUS (honoured only in debug
+        # mode, as in flux-core) or the mapper's AllowedCPUs
+        req = dataclasses.replace(req, expected_cpus=containment.expected_cpus(req, svc.debug))
         p = SdProc(Request(msg), req, unit)
         channels = self._open_channels(p)
         try:
@@ -64,6 +72,7 @@ class Requests:
             raise
         for channel in channels:
             channel.io.release_remote()
+        return unit
 
     def _open_channels(self, p):
         """The socketpairs of the channels ``p`` uses, attached to its Channels."""
@@ -148,6 +157,7 @@ class Requests:
     def disconnect(self, msg):
         """RFC 6 disconnect: tell the client's processes and the ones it waits on."""
         sender = sender_of(msg)
+        self.svc.lookups.cancel(sender)
         for p in self.svc.registry.by_sender(sender):
             if p.exec_request is not None and p.exec_request.sender == sender:
                 self.svc.feed(p, ClientGone())

@@ -4,7 +4,8 @@
 returns; everything that happens to a process (a systemd signal, an EOF, a
 timer, a request) goes through it. The parts around it: ``bus.BusWatcher``
 (signals in), ``actions.ActionRunner`` (orders out), ``adopt`` (leftover units
-at load), ``requests.Requests`` (the RPCs), ``teardown`` (unload).
+at load), ``requests.Requests`` (the RPCs), ``mapper_client`` (containment lookups
+before a start), ``teardown`` (unload).
 """
 
 import errno
@@ -15,10 +16,12 @@ from flux_sdexec.adapters import adopt, teardown
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.bus import BusWatcher
 from flux_sdexec.adapters.guard import Watchers
-from flux_sdexec.adapters.messages import Responder, is_local
+from flux_sdexec.adapters.mapper_client import MapperLookups
+from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.systemd import SystemdBridge
 from flux_sdexec.errors import RequestError, UnitError
 from flux_sdexec.events import UnitChanged, Unloading
+from flux_sdexec.lifecycle import UNLOADING_TEXT
 from flux_sdexec.machine import fail, handle
 from flux_sdexec.registry import Registry
 from flux_sdexec.states import ProcState
@@ -52,6 +55,15 @@ class SdexecService:
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
         self.bus = BusWatcher(self.bridge, self.watchers, log, self._catch_up)
+        self.lookups = MapperLookups(
+            handle,
+            log,
+            rank,
+            self.serve,
+            self.responder.respond_error,
+            sender_of,
+            lambda: self.debug,
+        )
         adopt.adopt_leftovers(self)
         self.bus.pump()
 
@@ -111,6 +123,7 @@ class SdexecService:
 
     def unload(self):
         """Answer what is owed with ENOSYS and stop every unit still running."""
+        self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         units = [p.unit.name for p in self.registry if not p.unit.gone]
         for p in self.registry:
             self.feed(p, Unloading())

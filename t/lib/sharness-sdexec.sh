@@ -38,8 +38,9 @@ fi
 # The repository root, whatever directory prove was started from.
 SDEXEC_SRCDIR=$(cd "$SHARNESS_TEST_SRCDIR/.." && pwd)
 SDEXEC_MODULE=$SDEXEC_SRCDIR/flux_sdexec/modules/sdexec.py
+SDEXEC_MAPPER_MODULE=$SDEXEC_SRCDIR/flux_sdexec/modules/sdexec-mapper.py
 SDEXEC_CONF_TEMPLATE=$SDEXEC_SRCDIR/conf.d/sdexec.toml
-export SDEXEC_SRCDIR SDEXEC_MODULE
+export SDEXEC_SRCDIR SDEXEC_MODULE SDEXEC_MAPPER_MODULE
 
 # Client commands used throughout.
 sdexec="flux exec --service sdexec"
@@ -70,15 +71,17 @@ sdexec_check_prereqs() {
 }
 
 # sdexec_render_config DIR [jobs]
-# Copy conf.d/sdexec.toml to DIR with sdexec.module pointing at this checkout's
-# module; nothing else in it changes. With "jobs", add a separate file that
-# forces resources up: this container has no system bus, so sdmon (loaded
+# Copy conf.d/sdexec.toml to DIR with sdexec.module and sdexec-mapper.module
+# pointing at this checkout's modules; nothing else in it changes. With "jobs",
+# add a separate file that forces resources up: this container has no system bus, so sdmon (loaded
 # because systemd.enable = true) never puts ranks online and jobs never run.
 sdexec_render_config() {
     mkdir -p "$1" &&
     sed -e "s|^sdexec\.module *=.*|sdexec.module = \"$SDEXEC_MODULE\"|" \
+        -e "s|^sdexec-mapper\.module *=.*|sdexec-mapper.module = \"$SDEXEC_MAPPER_MODULE\"|" \
         "$SDEXEC_CONF_TEMPLATE" >"$1/sdexec.toml" &&
-    grep -q "^sdexec.module = \"$SDEXEC_MODULE\"$" "$1/sdexec.toml" || {
+    grep -q "^sdexec.module = \"$SDEXEC_MODULE\"$" "$1/sdexec.toml" &&
+    grep -q "^sdexec-mapper.module = \"$SDEXEC_MAPPER_MODULE\"$" "$1/sdexec.toml" || {
         echo >&2 "could not render $SDEXEC_CONF_TEMPLATE into $1"
         return 1
     }

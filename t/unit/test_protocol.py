@@ -45,7 +45,6 @@ def test_parse_background_captures_both_streams():
         (req(opts={"A": None}), True, errno.EPROTO, "opts must be"),
         (req(cwd=5), True, errno.EPROTO, "cwd must be"),
         (req(opts={"SDEXEC_NAMEX": "a"}), True, errno.EINVAL, "unknown sdexec option"),
-        (req(opts={"SDEXEC_R_LOCAL": "{}"}), True, errno.EOPNOTSUPP, "not supported"),
         (req(opts={"stdout_LINE_BUFFER": "maybe"}), True, errno.EINVAL, "expected true or false"),
         (req(opts={"stderr_BUFSIZE": "-1"}), True, errno.EINVAL, "invalid size"),
         (req(opts={"SDEXEC_STOP_TIMER_SEC": "1.5"}), True, errno.EINVAL, "expected an integer"),

@@ -1,0 +1,74 @@
+#!/bin/bash
+# make check-upstream: flux-core's own sdexec suites, run from a flux-core build tree
+# against this checkout's modules.
+#
+#   FLUX_CORE_BUILD   the build tree (default: the newest one `make flux-core` kept under
+#                     /var/tmp/flux-sdexec)
+#   UPSTREAM_SUITES   which suites (default: the sdexec ones below)
+#
+# The build's C sdexec.so* are moved aside for the run (flux's module search tries `.so*`
+# in every folder before any `.py`) and put back afterwards, also on failure or interrupt.
+# Each suite's log is kept in t/upstream-results/.
+set -uo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+SUITES=${UPSTREAM_SUITES:-"t2409-sdexec t2411-sdexec-job t2415-sdexec-device
+    t2416-sdexec-constrain-resources t2420-job-exec-bgexec-sdexec t2421-sdexec-bg"}
+die() { echo "check-upstream: $*" >&2; exit 1; }
+BUILD=${FLUX_CORE_BUILD:-$(ls -td /var/tmp/flux-sdexec/*/.flux-sdexec-built 2>/dev/null | head -1)}
+BUILD=${BUILD%/.flux-sdexec-built}
+[ -n "$BUILD" ] || die "no flux-core build tree: run make flux-core FLUX_CORE_TARBALL=..., or set FLUX_CORE_BUILD"
+[ -x "$BUILD/src/cmd/flux" ] && [ -d "$BUILD/t" ] || die "$BUILD is not a built flux-core tree"
+libs="$BUILD/src/modules/.libs"
+aside="$BUILD/.flux-sdexec-aside"
+results="$repo/t/upstream-results"
+mkdir -p "$results" "$aside"
+
+# One run at a time per build tree: the C module is out of place while it runs.
+exec 9>"$BUILD/.flux-sdexec-upstream.lock"
+flock -w 1800 9 || die "another check-upstream holds $BUILD for over 30 minutes"
+
+restore() { mv -f "$aside"/sdexec.so* "$libs"/ 2>/dev/null || true; }
+restore  # a run killed outright (SIGKILL) may have left them aside
+trap restore EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+mv "$libs"/sdexec.so* "$aside"/ 2>/dev/null
+! ls "$libs"/sdexec.so* >/dev/null 2>&1 || die "could not move the C sdexec.so* out of $libs"
+
+export FLUX_MODULE_PATH_PREPEND="$repo/flux_sdexec/modules"
+echo "check-upstream: $BUILD/t against $FLUX_MODULE_PATH_PREPEND (C sdexec.so moved aside)"
+# Make sure `flux module load sdexec` in that tree loads ours (it logs its unit glob).
+"$BUILD/src/cmd/flux" start -Sbroker.rc1_path= -Sbroker.rc3_path= \
+    sh -c 'flux module load sdexec && flux dmesg | grep -q "units named <label>:"' ||
+    die "the build's flux does not load this checkout's sdexec module"
+
+failed=0
+for suite in $SUITES; do
+    script="$BUILD/t/$suite.t"
+    log="$results/$suite.log"
+    if [ ! -f "$script" ]; then
+        echo "$suite: MISSING from $BUILD/t"
+        failed=1
+        continue
+    fi
+    (cd "$BUILD/t" && timeout -k 10 900 "./$suite.t" -v) >"$log" 2>&1
+    rc=$?
+    pass=$(grep -c -E '^ok [0-9]+' "$log" | tr -d '\n')
+    skip=$(grep -c -E '^ok [0-9]+ # skip' "$log" | tr -d '\n')
+    fail=$(grep -E '^not ok [0-9]+' "$log" | grep -c -v '# TODO' | tr -d '\n')
+    skip_all=$(sed -n 's/^1\.\.0 # SKIP[[:space:]]*//p' "$log")
+    if [ -n "$skip_all" ]; then
+        echo "$suite: SKIPPED: $skip_all"
+    else
+        echo "$suite: $((pass - skip)) passed, $fail failed, $skip skipped"
+    fi
+    if [ "$rc" -ne 0 ] || [ "$fail" -ne 0 ]; then
+        failed=1
+        [ "$rc" -eq 124 ] && echo "$suite: timed out after 900 s"
+        grep -E '^not ok [0-9]+' "$log" | sed 's/^/    /'
+        echo "    (exit $rc; log: $log)"
+    fi
+done
+[ "$failed" -eq 0 ] && echo "check-upstream: all suites passed or skipped themselves"
+exit "$failed"

@@ -1,0 +1,105 @@
+#!/bin/bash
+# make flux-core: build and install flux-core (with systemd support) from a release tarball.
+#
+#   FLUX_CORE_TARBALL  path of a flux-core release tarball (made by flux-core's `make dist`)
+#   FLUX_CORE_SHA256   its expected sha256 (optional; checked when given)
+#   FLUX_CORE_BUILD    where the build tree is kept, for `make check-upstream`
+#                      (default /var/tmp/flux-sdexec/<tarball name without .tar.gz>)
+#   FLUX_CORE_PREFIX   install prefix (default /usr/local)
+#   PYTHON             the Python flux-core's bindings and our module run under (default python3)
+#
+# Does nothing when a flux-core >= FLUX_CORE_MIN_VERSION with systemd support is installed
+# under the prefix and, if a tarball is named, its build tree is complete.
+set -euo pipefail
+
+MIN_VERSION=${FLUX_CORE_MIN_VERSION:-0.88.0}
+PREFIX=${FLUX_CORE_PREFIX:-/usr/local}
+PYTHON=$(command -v "${PYTHON:-python3}") || { echo "flux-core: no ${PYTHON:-python3} on PATH" >&2; exit 1; }
+TARBALL=${FLUX_CORE_TARBALL:-}
+say() { echo "flux-core: $*"; }
+die() { echo "flux-core: $*" >&2; exit 1; }
+
+# Debian packages flux-core's configure needs (from its scripts/install-deps-deb.sh, less docs/tests extras).
+DEB_DEPS="make gcc g++ pkg-config libc6-dev libzmq3-dev uuid-dev libjansson-dev liblz4-dev
+    libarchive-dev libhwloc-dev libsqlite3-dev lua5.1 liblua5.1-dev lua-posix libsystemd-dev
+    libsodium-dev libncurses-dev jq time"
+PY_DEPS="cffi ply pyyaml"
+
+installed_version() {
+    local out
+    out=$("$PREFIX/bin/flux" version 2>/dev/null) || return 1
+    grep -q '+systemd' <<<"$out" || return 1
+    sed -n 's/^commands:[[:space:]]*//p' <<<"$out"
+}
+
+version_ok() {  # is $1 >= MIN_VERSION (numeric parts only)?
+    [ "$(printf '%s\n%s\n' "$MIN_VERSION" "${1%%-*}" | sort -V | head -1)" = "$MIN_VERSION" ]
+}
+
+have=$(installed_version || true)
+if [ -n "$have" ] && ! version_ok "$have"; then
+    say "$PREFIX/bin/flux is $have, older than $MIN_VERSION: building"
+    have=
+fi
+if [ -z "$TARBALL" ]; then
+    [ -n "$have" ] && { say "flux-core $have (+systemd) is installed in $PREFIX: nothing to do"; exit 0; }
+    die "no flux-core >= $MIN_VERSION with systemd support in $PREFIX; set FLUX_CORE_TARBALL=<release tarball>"
+fi
+[ -f "$TARBALL" ] || die "FLUX_CORE_TARBALL=$TARBALL: no such file"
+TARBALL=$(cd "$(dirname "$TARBALL")" && pwd)/$(basename "$TARBALL")
+name=$(basename "$TARBALL" .tar.gz)
+BUILD=${FLUX_CORE_BUILD:-/var/tmp/flux-sdexec/$name}
+stamp="$BUILD/.flux-sdexec-built"
+
+if [ -n "$have" ] && [ -f "$stamp" ]; then
+    say "flux-core $have (+systemd) is installed in $PREFIX and $BUILD is built: nothing to do"
+    exit 0
+fi
+
+if [ -n "${FLUX_CORE_SHA256:-}" ]; then
+    echo "$FLUX_CORE_SHA256  $TARBALL" | sha256sum --quiet -c - ||
+        die "$TARBALL does not match FLUX_CORE_SHA256=$FLUX_CORE_SHA256"
+    say "sha256 of $(basename "$TARBALL") checked"
+fi
+
+if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    say "installing Debian build dependencies"
+    export DEBIAN_FRONTEND=noninteractive
+    # shellcheck disable=SC2086
+    apt-get install -y -q --no-install-recommends $DEB_DEPS >/dev/null ||
+        { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends $DEB_DEPS >/dev/null; }
+else
+    say "not root with apt-get: make sure these (or your distribution's equivalents) are installed:"
+    echo "    $DEB_DEPS" | tr -s ' \n' ' '
+    echo
+fi
+# shellcheck disable=SC2086
+"$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore $PY_DEPS
+
+rm -rf "$BUILD"
+mkdir -p "$(dirname "$BUILD")"
+say "unpacking into $BUILD"
+tmp=$(mktemp -d "$(dirname "$BUILD")/unpack.XXXXXX")
+tar -xzf "$TARBALL" -C "$tmp"
+top=("$tmp"/*)
+[ ${#top[@]} -eq 1 ] && [ -x "${top[0]}/configure" ] || die "$TARBALL is not a flux-core release tarball"
+mv "${top[0]}" "$BUILD"
+rmdir "$tmp"
+
+cd "$BUILD"
+log="$BUILD/flux-sdexec-build.log"
+say "configure, make -j$(nproc) (a few minutes); log in $log"
+start=$SECONDS
+./configure --prefix="$PREFIX" --disable-docs PYTHON="$PYTHON" >"$log" 2>&1 ||
+    { tail -30 "$log" >&2; die "configure failed (see $log)"; }
+grep -q '^#define HAVE_LIBSYSTEMD 1' config/config.h ||
+    die "configure did not find libsystemd: install libsystemd-dev and run again"
+make -j"$(nproc)" >>"$log" 2>&1 || { tail -30 "$log" >&2; die "make failed (see $log)"; }
+if [ -z "$have" ]; then
+    make install >>"$log" 2>&1 || { tail -30 "$log" >&2; die "make install failed (see $log)"; }
+    ldconfig 2>/dev/null || true
+    have=$(installed_version) || die "installed, but $PREFIX/bin/flux version does not show +systemd"
+    say "installed flux-core $have in $PREFIX"
+fi
+touch "$stamp"
+say "built in $((SECONDS - start)) s; build tree kept at $BUILD (FLUX_CORE_BUILD for make check-upstream)"

@@ -1,0 +1,305 @@
+#!/bin/sh
+test_description='resource containment: our sdexec-mapper, SDEXEC_R_LOCAL in sdexec, allowed-devices
+
+Two brokers, [exec] sdexec-constrain-resources = true, so rc1 loads our
+sdexec-mapper (conf.d/sdexec.toml names it) and job-exec sends each job shell
+with SDEXEC_R_LOCAL. sdexec asks the mapper and starts the unit with the mapped
+properties (logged with sdexec-debug). This machine'"'"'s cgroup v2 has no cpuset
+controller for the user instance, so the post-start AllowedCPUs check then fails
+every constrained job with EIO and drains its rank: that is tested as it is.'
+
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
+
+sdexec_extra_config t0011.toml <<-EOF
+	[exec]
+	service = "sdexec"
+	sdexec-constrain-resources = true
+	sdexec-properties = { MemoryMax = "8G" }
+
+	[systemd]
+	sdexec-debug = true
+
+	[sdexec]
+	allowed-devices = ["/dev/null", "/dev/sdexec-t0011-$$-*"]
+	EOF
+
+sdexec_under_flux 2 jobs
+
+T=$SDEXEC_WAIT_TIMEOUT
+GIB8=8589934592
+test -n "$(command -v hwloc-calc)" && test_set_prereq HWLOC_CALC
+test "$(id -u)" = 0 && test_set_prereq ROOT  # mknod under /dev
+# the device pattern is unique to this run (the outer run's pid, in the config)
+PATTERN=$(flux config get | jq -r '.sdexec."allowed-devices"[1]')
+TESTDEV=${PATTERN%\*}dev
+cleanup "rm -f $TESTDEV"
+
+# lookup RANK R: the sdexec-mapper.lookup reply of RANK for R (JSON, sorted keys).
+lookup() {
+	flux python -c 'import flux, json, sys
+f = flux.Flux().rpc("sdexec-mapper.lookup", {"R": sys.argv[2]}, nodeid=int(sys.argv[1]))
+print(json.dumps(f.get(), sort_keys=True))' "$1" "$2"
+}
+# r_local RANK CORES: R for CORES of RANK, as job-exec sends it.
+r_local() {
+	flux R encode --ranks="$1" --cores="$2"
+}
+# ids IDSET-OR-LIST: the ids of "0-2,5" or "5,0,1,2", one per line, sorted.
+ids() {
+	python3 -c 'import sys
+out = set()
+for part in filter(None, sys.argv[1].split(",")):
+    lo, _, hi = part.partition("-")
+    out.update(range(int(lo), int(hi or lo) + 1))
+print("\n".join(map(str, sorted(out))))' "$1"
+}
+rank1_log() {
+	flux exec -r 1 flux dmesg
+}
+mapper_stats() {
+	flux exec -r "$1" flux module stats sdexec-mapper
+}
+# set_config NAME [TOML]: replace conf file zz-NAME.toml (no TOML: remove it), reload,
+# and wait until rank 1 has the new config (followers take it asynchronously).
+set_config() {
+	if test $# -gt 1; then
+		printf "%s\n" "$2" >"$SDEXEC_CONF_DIR/zz-$1.toml"
+	else
+		rm -f "$SDEXEC_CONF_DIR/zz-$1.toml"
+	fi &&
+	flux config reload &&
+	flux config get | jq -S . >config.want &&
+	sdexec_wait_until rank1_config_is config.want
+}
+rank1_config_is() {
+	flux exec -r 1 flux config get | jq -S . | cmp -s - "$1"
+}
+job_exception() {
+	flux job wait-event -q -t "$T" "$1" clean &&
+	flux job eventlog "$1" >"$1.eventlog" &&
+	test_debug "cat $1.eventlog" &&
+	grep "exception" "$1.eventlog"
+}
+
+test_expect_success 'rc1 loaded our sdexec and sdexec-mapper on both ranks' '
+	flux exec -r all flux module list -l >modules.out &&
+	test $(grep -c "^sdexec-mapper .* $SDEXEC_MAPPER_MODULE\$" modules.out) -eq 2 &&
+	test $(grep -c "^sdexec .* $SDEXEC_MODULE\$" modules.out) -eq 2
+'
+test_expect_success 'stats show our default mapper and the allowed devices' '
+	mapper_stats 1 | jq -c .config >stats.out &&
+	cat >stats.expected <<-EOF &&
+	{"mapper_class":"flux_sdexec.map.HwlocMapper","mapper_searchpath":"","allowed_device_patterns":["/dev/null","$PATTERN"],"allowed_devices":["/dev/null rw"]}
+	EOF
+	test_cmp stats.expected stats.out
+'
+test_expect_success 'save rank 1 topology and the job core count' '
+	flux python -c "import flux; print(flux.Flux().rpc(\"resource.topo-get\", nodeid=1).get_str())" \
+		>topo1.xml &&
+	total=$(python3 -m flux_sdexec.map --xml topo1.xml | jq -r .AllowedCPUs) &&
+	ids "$total" | wc -l >pus.total
+'
+test_expect_success 'lookup maps core 0 of rank 1 as the CLI does, memory scaled, devices added' '
+	lookup 1 "$(r_local 1 0)" >lookup.out &&
+	test_debug "cat lookup.out" &&
+	python3 -m flux_sdexec.map --xml topo1.xml --cores 0 >cli.out &&
+	jq -e ".AllowedCPUs == $(jq .AllowedCPUs cli.out)" lookup.out &&
+	jq -e ".AllowedMemoryNodes == $(jq .AllowedMemoryNodes cli.out)" lookup.out &&
+	jq -e ".DevicePolicy == \"closed\" and .DeviceAllow == \"/dev/null rw\"" lookup.out &&
+	npus=$(ids "$(jq -r .AllowedCPUs lookup.out)" | wc -l) &&
+	jq -e ".MemoryMax == \"$(($GIB8 * npus / $(cat pus.total)))\"" lookup.out
+'
+test_expect_success HWLOC_CALC 'the CPUs and NUMA nodes are what hwloc-calc says of core 0' '
+	ids "$(hwloc-calc --if xml --input topo1.xml --physical-output --intersect PU core:0)" \
+		>pu.expected &&
+	ids "$(jq -r .AllowedCPUs lookup.out)" >pu.out &&
+	test_cmp pu.expected pu.out &&
+	ids "$(hwloc-calc --if xml --input topo1.xml --physical-output --intersect NUMAnode core:0)" \
+		>numa.expected &&
+	ids "$(jq -r .AllowedMemoryNodes lookup.out)" >numa.out &&
+	test_cmp numa.expected numa.out
+'
+test_expect_success 'a job shell unit starts with the mapped properties, fails its check, drains' '
+	id=$(flux submit -N1 -n1 --requires=rank:1 true) &&
+	job_exception $id >note.out &&
+	host=$(flux exec -r 1 hostname) &&
+	reason="AllowedCPUs not enforced: cpuset.cpus unavailable" &&
+	reason="$reason (is cpuset controller delegated to the user instance?)" &&
+	grep -F "sdexec constraint check failed on $host (rank 1): $reason" note.out &&
+	flux resource drain -n -o "{ranks} {reason}" >drain.out &&
+	test_debug "cat drain.out" &&
+	grep -F "1 sdexec constraint check failed on $host for job $id: $reason" drain.out &&
+	flux resource undrain 1 &&
+	unit=shell-1-$(flux job id --to=f58plain $id).service &&
+	rank1_log >rank1.log &&
+	grep -F "$unit: post-start check failed: $reason" rank1.log &&
+	sed -n "s/.* $unit: started with mapped properties //p" rank1.log >mapped.json &&
+	test_debug "cat mapped.json" &&
+	core=$(flux job info $id R | jq -r ".execution.R_lite[0].children.core") &&
+	lookup 1 "$(r_local 1 $core)" >lookup.job &&
+	jq -S . mapped.json >mapped.sorted &&
+	jq -S . lookup.job >lookup.sorted &&
+	test_cmp lookup.sorted mapped.sorted &&
+	jq -e ".AllowedCPUs and .AllowedMemoryNodes and .DevicePolicy and .DeviceAllow and .MemoryMax" \
+		mapped.json
+'
+test_expect_success 'an exec with SDEXEC_R_LOCAL fails the same check with EIO' '
+	test_expect_code 1 $sdexec -r 1 --setopt=SDEXEC_R_LOCAL="$(r_local 1 0)" true 2>eio.err &&
+	grep "AllowedCPUs not enforced" eio.err
+'
+test_expect_success 'a mapper error reaches the client: unknown core named' '
+	test_must_fail lookup 1 "$(r_local 1 999)" 2>lookup999.err &&
+	grep "core 999 not found in node topology" lookup999.err &&
+	# ENOENT: flux exec exits 127, as for a missing command
+	test_expect_code 127 $sdexec -r 1 --setopt=SDEXEC_R_LOCAL="$(r_local 1 999)" true \
+		2>exec999.err &&
+	grep "resource mapping failed: failed to map cores: core 999 not found" exec999.err
+'
+test_expect_success 'a job whose mapping fails gets an exception naming the core' '
+	cat >shifted.py <<-EOF &&
+	from flux_sdexec.map import HwlocMapper
+	from flux_sdexec.values import parse_idset
+
+
+	class Shifted(HwlocMapper):
+	    """A site mapper with a bug: it asks for the cores 1000 ids too high."""
+
+	    def map_cores(self, cores):
+	        return super().map_cores(",".join(str(i + 1000) for i in parse_idset(cores)))
+	EOF
+	set_config mapper "$(printf "[sdexec]\nmapper = \"shifted.Shifted\"\nmapper-searchpath = \"%s\"" "$PWD")" &&
+	id=$(flux submit -N1 -n1 --requires=rank:1 true) &&
+	job_exception $id >shifted.note &&
+	grep "resource mapping failed: failed to map cores: core 100[01] not found" shifted.note &&
+	flux resource drain -n -o "{ranks}" >drain2.out &&
+	test_must_be_empty drain2.out &&
+	set_config mapper
+'
+test_expect_success 'with the mapper unloaded a job fails with a clear reason' '
+	flux exec -r 1 flux module remove sdexec-mapper &&
+	id=$(flux submit -N1 -n1 --requires=rank:1 true) &&
+	job_exception $id >unloaded.note &&
+	grep "sdexec-mapper module is not loaded" unloaded.note &&
+	grep "exec.sdexec-constrain-resources" unloaded.note &&
+	flux exec -r 1 flux module load $SDEXEC_MAPPER_MODULE
+'
+test_expect_success 'a custom mapper from mapper-searchpath shows in stats and maps' '
+	mkdir site &&
+	cat >site/sitemap.py <<-EOF &&
+	from flux_sdexec.mapper import ResourceMapper
+
+
+	class SiteMapper(ResourceMapper):
+	    def __init__(self, xml, rank=0):
+	        super().__init__(rank)
+
+	    def map_cores(self, cores):
+	        return {"MemoryHigh": "1G"}
+	EOF
+	set_config mapper "$(printf "[sdexec]\nmapper = \"sitemap.SiteMapper\"\nmapper-searchpath = \"%s\"" "$PWD/site")" &&
+	mapper_stats 0 >site.stats &&
+	jq -e ".config.mapper_class == \"sitemap.SiteMapper\"" site.stats &&
+	jq -e ".config.mapper_searchpath == \"$PWD/site\"" site.stats &&
+	lookup 0 "$(r_local 0 0)" >site.lookup &&
+	jq -c . site.lookup >site.out &&
+	echo "{\"DeviceAllow\":\"/dev/null rw\",\"DevicePolicy\":\"closed\",\"MemoryHigh\":\"1G\"}" \
+		>site.expected &&
+	test_cmp site.expected site.out
+'
+test_expect_success 'flux-core'"'"'s own HwlocMapper, named in sdexec.mapper, loads and agrees' '
+	set_config mapper "$(printf "[sdexec]\nmapper = \"flux.sdexec.map.HwlocMapper\"")" &&
+	mapper_stats 0 | jq -e ".config.mapper_class == \"flux.sdexec.map.HwlocMapper\"" &&
+	lookup 0 "$(r_local 0 0)" >flux-core.out &&
+	set_config mapper &&
+	lookup 0 "$(r_local 0 0)" >ours.out &&
+	test_debug "cat flux-core.out ours.out" &&
+	test_cmp flux-core.out ours.out
+'
+test_expect_success 'a mapper that waits for a gate file before answering' '
+	cat >site/gated.py <<-EOF &&
+	import os
+	import time
+
+	from flux_sdexec.map import HwlocMapper
+
+
+	class Gated(HwlocMapper):
+	    """Says it was asked (file entered), then answers once file gate exists."""
+
+	    def map(self, R, extra_properties=None):
+	        with open("$PWD/entered", "w") as f:
+	            f.write("asked")
+	        deadline = time.monotonic() + $T
+	        while not os.path.exists("$PWD/gate") and time.monotonic() < deadline:
+	            time.sleep(0.05)
+	        os.unlink("$PWD/entered")
+	        return super().map(R, extra_properties)
+	EOF
+	set_config mapper "$(printf "[sdexec]\nmapper = \"gated.Gated\"\nmapper-searchpath = \"%s\"" "$PWD/site")" &&
+	touch gate &&
+	lookup 0 "$(r_local 0 0)" >gated.out &&
+	jq -e .AllowedCPUs gated.out &&
+	rm gate
+'
+# start_pending NAME: a constrained exec on rank 0 whose lookup is now pending
+start_pending() {
+	$sdexec -r 0 --setopt=SDEXEC_NAME=$1.service --setopt=SDEXEC_R_LOCAL="$(r_local 0 0)" \
+		true >$1.out 2>$1.err &
+	echo $! >$1.pid &&
+	sdexec_wait_for_file entered
+}
+test_expect_success 'sdexec serves others while a lookup is pending' '
+	start_pending pending &&
+	$sdexec -r 0 echo served >served.out &&
+	echo served >served.expected &&
+	test_cmp served.expected served.out
+'
+test_expect_success 'the client disconnects: its request ends, nothing is started' '
+	kill -9 $(cat pending.pid) &&
+	touch gate &&
+	sdexec_wait_until sdexec_dmesg_has "pending.service\|lookup answered after" &&
+	sdexec_dmesg_has "lookup answered after its request ended" &&
+	! sdexec_dmesg_has "pending.service" &&
+	test -z "$(sdexec_list_units pending.service)" &&
+	rm gate
+'
+test_expect_success 'sdexec unloads while a lookup is pending: ENOSYS, nothing started' '
+	sdexec_wait_until test ! -e entered &&
+	start_pending unloading &&
+	flux module remove sdexec &&
+	test_must_fail wait $(cat unloading.pid) &&
+	test_debug "cat unloading.err" &&
+	grep "sdexec module is unloading" unloading.err &&
+	touch gate &&
+	flux module load $SDEXEC_MODULE &&
+	test -z "$(sdexec_list_units unloading.service)" &&
+	rm gate
+'
+test_expect_success ROOT 'a char device created under /dev after start is in the next lookup' '
+	set_config mapper &&
+	lookup 0 "$(r_local 0 0)" >before.out &&
+	jq -e ".DeviceAllow == \"/dev/null rw\"" before.out &&
+	mknod $TESTDEV c 1 3 &&
+	lookup 0 "$(r_local 0 0)" >after.out &&
+	jq -e ".DeviceAllow == \"/dev/null rw,$TESTDEV rw\"" after.out &&
+	mapper_stats 0 | jq -c .config.allowed_devices >devices.out &&
+	echo "[\"/dev/null rw\",\"$TESTDEV rw\"]" >devices.expected &&
+	test_cmp devices.expected devices.out
+'
+test_expect_success 'flux config reload refuses a bad allowed-devices; the old value stays' '
+	printf "[sdexec]\nallowed-devices = [\"/etc/passwd\"]\n" >"$SDEXEC_CONF_DIR/zz-bad.toml" &&
+	test_must_fail flux config reload 2>reload.err &&
+	test_debug "cat reload.err" &&
+	grep "sdexec-mapper: sdexec.allowed-devices\[0\]: .*/etc/passwd.* is not a path under /dev/" \
+		reload.err &&
+	mapper_stats 0 | jq -c .config.allowed_device_patterns >patterns.out &&
+	echo "[\"/dev/null\",\"$PATTERN\"]" >patterns.expected &&
+	test_cmp patterns.expected patterns.out &&
+	rm "$SDEXEC_CONF_DIR/zz-bad.toml" &&
+	flux config reload &&
+	rm $TESTDEV
+'
+test_expect_success 'no unit of this instance is left' '
+	sdexec_check_no_units
+'
+test_done

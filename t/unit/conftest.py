@@ -1,0 +1,63 @@
+"""Fixtures for the mapper tests: hwloc XML files and a temporary node tree.
+
+``node`` builds sysfs, /dev and /proc for the GPUs of t/fixtures/hwloc/synthetic.xml
+(see add-gpus.py there): NVIDIA 0000:01:00.0 (minor 0), AMD 0000:41:00.0 (two
+partitions) and 0000:c1:00.0, Intel 0000:e1:00.0. Device nodes are plain files:
+GPU discovery only asks whether they exist, as flux-core's does.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+HWLOC = Path(__file__).resolve().parents[1] / "fixtures" / "hwloc"
+GPUS = {
+    "0000:01:00.0": ("nvidia", ["card0", "renderD128"]),
+    "0000:41:00.0": ("amdgpu", ["card1", "renderD129"]),
+    "0000:c1:00.0": ("amdgpu", ["card2", "renderD130"]),
+    "0000:e1:00.0": ("i915", ["card3", "renderD131"]),
+}
+
+
+def xml(name):
+    """The text of t/fixtures/hwloc/<name>.xml."""
+    return (HWLOC / f"{name}.xml").read_text()
+
+
+class Node:
+    """A temporary node tree; ``remove(path)`` deletes one piece of it."""
+
+    def __init__(self, root):
+        self.sysfs, self.dev, self.proc = root / "sys", root / "dev", root / "proc"
+        for addr, (driver, drm) in GPUS.items():
+            pci = self.sysfs / "bus/pci/devices" / addr
+            (pci / "drm").mkdir(parents=True)
+            drivers = self.sysfs / "bus/pci/drivers" / driver
+            drivers.mkdir(parents=True, exist_ok=True)
+            os.symlink(drivers, pci / "driver")
+            for name in drm:
+                (pci / "drm" / name).mkdir()
+                self.touch(f"dri/{name}")
+        info = self.proc / "driver/nvidia/gpus/0000:01:00.0/information"
+        info.parent.mkdir(parents=True)
+        info.write_text("Model: A100\nIRQ: 42\nDevice Minor: 0\nBus Location: 0000:01:00.0\n")
+        for name in ("nvidia0", "nvidiactl", "nvidia-uvm", "kfd"):
+            self.touch(name)
+
+    def touch(self, name):
+        path = self.dev / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+
+    def remove(self, path):
+        Path(path).unlink()
+
+    def roots(self):
+        return {"sysfs": str(self.sysfs), "dev": str(self.dev), "proc": str(self.proc)}
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A node tree matching synthetic.xml's GPUs."""
+    return Node(tmp_path)

@@ -1,0 +1,81 @@
+"""sdexec's side of containment: SDEXEC_R_LOCAL parsing, merging the mapper's reply, errors."""
+
+import errno
+
+import pytest
+
+from flux_sdexec import containment, protocol
+from flux_sdexec.errors import RequestError
+
+
+def request(**opts):
+    cmd = {"cmdline": ["/bin/true"], "env": {}, "opts": opts}
+    return protocol.parse_exec({"cmd": cmd, "flags": 3}, streaming=True)
+
+
+def test_r_local_accepted():
+    """SDEXEC_R_LOCAL is taken (no longer refused) and sent as R, a JSON string."""
+    req = request(SDEXEC_R_LOCAL='{"version":1}')
+    assert containment.lookup_payload(req) == {"R": '{"version":1}'}
+    assert request().r_local is None
+
+
+def test_mapper_overrides_configured_properties():
+    """Mapper properties replace SDEXEC_PROP_* of the same name; others stay."""
+    req = request(SDEXEC_R_LOCAL="{}", SDEXEC_PROP_MemoryMax="95%", SDEXEC_PROP_MemoryMin="1G")
+    containment.apply(req, {"MemoryMax": "48%", "AllowedCPUs": "0-1"})
+    assert {k: v for k, v in req.opts.items() if k.startswith("SDEXEC_PROP_")} == {
+        "SDEXEC_PROP_MemoryMax": "48%",
+        "SDEXEC_PROP_MemoryMin": "1G",
+        "SDEXEC_PROP_AllowedCPUs": "0-1",
+    }
+
+
+@pytest.mark.parametrize(
+    "debug, test_cpus, mapped, expected",
+    [
+        (False, None, {"AllowedCPUs": "0-1"}, "0-1"),
+        (False, "7", {"AllowedCPUs": "0-1"}, "0-1"),
+        (True, "7", {"AllowedCPUs": "0-1"}, "7"),
+        (False, None, {"DevicePolicy": "closed"}, None),
+    ],
+)
+def test_expected_cpus(debug, test_cpus, mapped, expected):
+    """The mapper's AllowedCPUs is checked always; SDEXEC_TEST_EXPECTED_CPUS only in debug."""
+    opts = {"SDEXEC_R_LOCAL": "{}"}
+    if test_cpus:
+        opts["SDEXEC_TEST_EXPECTED_CPUS"] = test_cpus
+    req = request(**opts)
+    containment.apply(req, mapped)
+    assert containment.expected_cpus(req, debug) == expected
+
+
+def test_no_mapper_no_check():
+    """Without SDEXEC_R_LOCAL and debug, nothing is checked."""
+    assert containment.expected_cpus(request(SDEXEC_TEST_EXPECTED_CPUS="0"), False) is None
+
+
+@pytest.mark.parametrize("reply", [[], {"AllowedCPUs": 1}, {"": "x"}, {"Bad Name": "x"}])
+def test_bad_reply(reply):
+    """A reply that is not an object of property strings is EPROTO."""
+    with pytest.raises(RequestError) as info:
+        containment.apply(request(SDEXEC_R_LOCAL="{}"), reply)
+    assert info.value.errno == errno.EPROTO
+
+
+@pytest.mark.parametrize(
+    "errnum, sent, text",
+    [
+        (errno.ENOENT, errno.ENOENT, "resource mapping failed: core 9 not found"),
+        (errno.ENODEV, errno.ENODEV, "resource mapping failed: core 9 not found"),
+        (errno.EIO, errno.EINVAL, "resource mapping failed: core 9 not found"),
+        (errno.EHOSTUNREACH, errno.EINVAL, "resource mapping failed: core 9 not found"),
+        (errno.ENOSYS, errno.EOPNOTSUPP, containment.NOT_LOADED_TEXT),
+    ],
+)
+def test_lookup_errors(errnum, sent, text):
+    """The mapper's errno and text reach the client; errnos job-exec misreads become EINVAL;
+    a mapper that is not loaded says so."""
+    exc = containment.lookup_error(errnum, "core 9 not found")
+    assert (exc.errno, exc.strerror) == (sent, text)
+    assert "exec.sdexec-constrain-resources" in containment.NOT_LOADED_TEXT
