@@ -50,8 +50,8 @@ class Requests:
         # mode, as in flux-core) or the mapper's AllowedCPUs
         req = dataclasses.replace(req, expected_cpus=containment.expected_cpus(req, svc.debug))
         p = SdProc(Request(msg), req, unit)
-        channels = self._open_channels(p)
         try:
+            channels = self._open_channels(p)
             environment = protocol.unit_environment(req.env, svc.local_uri)
             fds = {c.name: c.io.remote_fd() for c in channels}
             props = properties.start_properties(req.cmdline, req.cwd, environment, fds, req.opts)
@@ -65,8 +65,9 @@ class Requests:
         except BaseException as exc:
             svc.bridge.unwatch(unit)
             svc.registry.remove(p)
-            for channel in channels:
-                channel.io.close()
+            for channel in (p.in_, *p.outputs):
+                if channel.io is not None:
+                    channel.io.close()
             if isinstance(exc, UnitError) and exc.errno == errno.EROFS:
                 raise UnitError(errno.EINVAL, exc.strerror) from None  # unknown property
             raise
