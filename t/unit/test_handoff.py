@@ -23,7 +23,7 @@ from flux_sdexec.events import (
 from flux_sdexec.proc import Proc
 from flux_sdexec.states import ProcState
 
-from test_proc import pid_of, replay, signals, until_failed, until_state
+from test_proc import pid_of, replay, until_failed, until_state
 
 UNLOADING = "sdexec module is unloading"
 
