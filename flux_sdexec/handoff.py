@@ -7,7 +7,9 @@ job-exec's bgexec finds its job shell again by label. Everything else stops as
 before: a foreground process (its client's stream ends with the unload), a
 non-waitable one (nobody could ever collect it), one that failed or is being let
 go. When the instance is shutting down, or the broker cannot say what it is doing,
-every unit stops: nothing may outlive the instance.
+every unit stops: nothing may outlive the instance. For the same reason the unload
+that hands units over starts a guard unit that stops them should the broker exit
+before another sdexec took them over (sdexec removed for good while jobs ran).
 
 Pure: stdlib and the core only.
 """
@@ -51,3 +53,26 @@ def units_to_keep(procs, policy, broker_state):
     if not instance_stays(policy, broker_state):
         return set()
     return {proc.unit for proc in procs if keepable(proc)}
+
+
+# Run by the guard unit: wait for the broker to exit, then stop what was handed over.
+_GUARD_SCRIPT = (
+    'pid=$1; shift; while kill -0 "$pid" 2>/dev/null; do sleep 1; done; '
+    'systemctl --user stop "$@"; systemctl --user reset-failed "$@" 2>/dev/null; exit 0'
+)
+
+
+def guard_unit(instance, rank):
+    """The name of the unit that guards this rank's handed-over units.
+
+    Outside every ``*:<instance>.service`` glob (no ``:``), so that no sdexec
+    mistakes it for a process of its own.
+    """
+    return f"sdexec-guard-{rank}-{instance.replace(':', '_')}.service"
+
+
+def guard_command(broker_pid, units):
+    """argv of the guard: if the broker ``broker_pid`` exits before another sdexec
+    took ``units`` over (and stopped the guard), stop them, so nothing outlives the
+    instance even when sdexec is removed for good while the instance runs."""
+    return ["/bin/sh", "-c", _GUARD_SCRIPT, "sdexec-guard", str(broker_pid), *sorted(units)]

@@ -45,6 +45,10 @@ upgrade() {
 	flux exec -r all flux module reload $SDEXEC_MODULE &&
 	flux module load job-exec
 }
+# no_guard [INSTANCE]: no guard unit of handed-over units is loaded.
+no_guard() {
+	test -z "$(sdexec_list_units "sdexec-guard-*-${1:-$SDEXEC_INSTANCE}.service")"
+}
 clear_logs() {
 	flux exec -r all flux dmesg -C
 }
@@ -90,8 +94,9 @@ test_expect_success 'all 4 jobs end with their own exit code, output, no excepti
 	check_job c 5 &&
 	check_job d 7
 '
-test_expect_success 'no unit of the instance is left' '
-	sdexec_check_no_units
+test_expect_success 'no unit of the instance is left, nor a guard' '
+	sdexec_check_no_units &&
+	no_guard
 '
 
 test_expect_success 'two reloads in a row, a job ending while sdexec is unloaded' '
@@ -112,7 +117,8 @@ test_expect_success 'two reloads in a row, a job ending while sdexec is unloaded
 	check_job f 4 &&
 	touch e &&
 	check_job e 2 &&
-	sdexec_check_no_units
+	sdexec_check_no_units &&
+	no_guard
 '
 
 # set_unload VALUE: [systemd] sdexec-unload in the instance config file.
@@ -158,6 +164,27 @@ test_expect_success 'instance shutdown stops waitable units still running' '
 	test -z "$(sdexec_list_units "*:$(cat nested.instance).service")" &&
 	! grep "left running for the next sdexec" nested.log &&
 	grep "broker state finalize): stopping every unit" nested.log
+'
+
+test_expect_success 'sdexec removed for good while jobs run: its units stop with the instance' '
+	cat >forgood.sh <<-EOT &&
+	flux exec --service sdexec -r 0 --bg --waitable --label=kept0 sleep 300
+	flux exec --service sdexec -r 1 --bg --waitable --label=kept1 sleep 300
+	flux dmesg | sed -n "s/.*units named <label>:\\(.*\\)\\.service (glob.*/\\1/p" \
+		| head -1 >forgood.instance
+	inst=\$(cat forgood.instance)
+	flux exec -r all flux module remove sdexec
+	systemctl --user list-units --plain --no-legend "*:\$inst.service" >forgood.kept
+	systemctl --user list-units --plain --no-legend "sdexec-guard-*-\$inst.service" \
+		>forgood.guards
+	EOT
+	flux start --test-size=2 --config-path="$SDEXEC_CONF_DIR" \
+		-Slog-filename=forgood.log sh -e forgood.sh &&
+	test_debug "cat forgood.kept forgood.guards" &&
+	test $(grep -c "^kept[01]-[01]:.* active running" forgood.kept) -eq 2 &&
+	test $(wc -l <forgood.guards) -eq 2 &&
+	sdexec_wait_until sdexec_no_units_left $(cat forgood.instance) &&
+	sdexec_wait_until no_guard $(cat forgood.instance)
 '
 
 # job-exec words sdexec's ENOSYS ("sdexec module is unloading") as "not loaded"

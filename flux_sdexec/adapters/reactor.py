@@ -14,7 +14,7 @@ from _flux._core import ffi, lib
 from flux.constants import FLUX_POLLIN
 
 from flux_sdexec import handoff, properties, protocol, unitstate
-from flux_sdexec.adapters import cgroup, teardown
+from flux_sdexec.adapters import cgroup, guard, teardown
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
 from flux_sdexec.adapters.sinks import output_sink
 from flux_sdexec.adapters.systemd import SystemdBridge
@@ -108,10 +108,19 @@ class SdexecService:
         namer: a ``naming.UnitNamer``.
         debug: ``[systemd] sdexec-debug``.
         unload_policy: ``[systemd] sdexec-unload``.
+        broker_pid: the broker's pid, watched by the guard of handed-over units.
     """
 
     def __init__(
-        self, handle, log, rank, local_uri, namer, debug=False, unload_policy=handoff.KEEP_WAITABLE
+        self,
+        handle,
+        log,
+        rank,
+        local_uri,
+        namer,
+        debug=False,
+        unload_policy=handoff.KEEP_WAITABLE,
+        broker_pid=None,
     ):
         self.h = handle
         self.log = log
@@ -120,6 +129,8 @@ class SdexecService:
         self.namer = namer
         self.debug = debug
         self.unload_policy = unload_policy
+        self.broker_pid = broker_pid
+        self.guard = handoff.guard_unit(namer.instance, rank)
         self.registry = Registry()
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
@@ -127,6 +138,7 @@ class SdexecService:
         self._watch_bus()
         self._pumping = False
         self._retry = None
+        guard.stop(self.bridge, self.log, self.guard)
         self._adopt_leftovers()
 
     # ---- systemd side ----
@@ -485,6 +497,8 @@ class SdexecService:
         for t in self.registry:
             self._feed(t, Unloading(keep=t.unit in keep))
         try:
+            if keep and self.broker_pid is not None:
+                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep)
             teardown.see_units_gone(self.bridge, self.log, units)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")

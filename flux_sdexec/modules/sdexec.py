@@ -48,8 +48,9 @@ class SdexecModule(BrokerModule):
             namer = naming.UnitNamer(self._instance(h, rank), rank, self._rank_suffix(h))
             conf = h.conf_get() or {}
             debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
+            pid = _attr(h, "broker.pid")
             self.service = SdexecService(
-                h, self.log, rank, h.attr_get("local-uri"), namer, debug, policy
+                h, self.log, rank, h.attr_get("local-uri"), namer, debug, policy, pid
             )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")

@@ -162,3 +162,17 @@ def test_bad_sdexec_unload_is_refused_naming_key_and_values(value):
         "error reading [systemd] config table: "
         f'sdexec-unload must be "keep-waitable" or "stop-all", got {value!r}'
     )
+
+
+def test_guard_unit_is_outside_every_instance_glob():
+    """The guard's name has no ':', so no sdexec's ``*:<instance>.service`` matches it."""
+    assert handoff.guard_unit("t3fd9999c", 0) == "sdexec-guard-0-t3fd9999c.service"
+    assert handoff.guard_unit("fA:fB", 3) == "sdexec-guard-3-fA_fB.service"
+
+
+def test_guard_command_waits_for_the_broker_then_stops_the_units():
+    """argv: sh -c SCRIPT with the broker pid and the units (sorted) as arguments."""
+    argv = handoff.guard_command("1234", {"b:t1.service", "a:t1.service"})
+    assert argv[:2] == ["/bin/sh", "-c"]
+    assert argv[3:] == ["sdexec-guard", "1234", "a:t1.service", "b:t1.service"]
+    assert 'kill -0 "$pid"' in argv[2] and 'systemctl --user stop "$@"' in argv[2]
