@@ -21,7 +21,8 @@ STOP_ALL = "stop-all"  # the unload of sdexec before the upgrade procedure exist
 POLICIES = (KEEP_WAITABLE, STOP_ALL)
 
 # The broker state-machine state in which the instance keeps running after an unload.
-# Earlier states (rc1 still running) run no jobs worth keeping; later ones are shutdown.
+# Before it rc1 is still loading modules; after it (cleanup, shutdown, finalize, ...)
+# the instance is ending.
 RUN_STATE = "run"
 
 _HANDED_OVER = frozenset({ProcState.RUNNING, ProcState.FINISHED, ProcState.ZOMBIE})
