@@ -234,7 +234,13 @@ class Proc:
             out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT))
         if self.waiter is not None:
             out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT, to=self.waiter))
-        out += self._let_go()  # the adapter sees the stop through within a grace period
+        if event.keep:
+            state = f"{self.status.state}, pid {self.pid}"
+            out.append(
+                Log(syslog.LOG_INFO, f"left running for the next sdexec: {self.unit} ({state})")
+            )
+        else:
+            out += self._let_go()  # the adapter sees the stop through within a grace period
         return S.DONE
 
     def _let_go(self):

@@ -13,8 +13,8 @@ import syslog
 from _flux._core import ffi, lib
 from flux.constants import FLUX_POLLIN
 
-from flux_sdexec import containment, properties, protocol, unitstate
-from flux_sdexec.adapters import cgroup, teardown
+from flux_sdexec import containment, handoff, properties, protocol, unitstate
+from flux_sdexec.adapters import cgroup, guard, teardown
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
 from flux_sdexec.adapters.mapper_client import MapperLookups
 from flux_sdexec.adapters.sinks import output_sink
@@ -108,15 +108,30 @@ class SdexecService:
         local_uri: the broker's ``local-uri`` (FLUX_URI of every unit).
         namer: a ``naming.UnitNamer``.
         debug: ``[systemd] sdexec-debug``.
+        unload_policy: ``[systemd] sdexec-unload``.
+        broker_pid: the broker's pid, watched by the guard of handed-over units.
     """
 
-    def __init__(self, handle, log, rank, local_uri, namer, debug=False):
+    def __init__(
+        self,
+        handle,
+        log,
+        rank,
+        local_uri,
+        namer,
+        debug=False,
+        unload_policy=handoff.KEEP_WAITABLE,
+        broker_pid=None,
+    ):
         self.h = handle
         self.log = log
         self.rank = rank
         self.local_uri = local_uri
         self.namer = namer
         self.debug = debug
+        self.unload_policy = unload_policy
+        self.broker_pid = broker_pid
+        self.guard = handoff.guard_unit(namer.instance, rank)
         self.registry = Registry()
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
@@ -127,6 +142,7 @@ class SdexecService:
         self.lookups = MapperLookups(
             handle, log, rank, self.serve, self._respond_error, sender_of, lambda: self.debug
         )
+        guard.stop(self.bridge, self.log, self.guard)
         self._adopt_leftovers()
 
     # ---- systemd side ----
@@ -475,13 +491,27 @@ class SdexecService:
                 self._feed(t, WaiterGone())
         self.pump()
 
-    def unload(self):
-        """Answer what is owed with ENOSYS and stop every unit still running."""
+    def unload(self, broker_state):
+        """Answer what is owed with ENOSYS and stop every unit still running, except
+        those handed over to the next sdexec (``handoff.units_to_keep``).
+
+        Args:
+            broker_state: the local broker's state-machine state, None when unknown.
+        """
+        keep = handoff.units_to_keep(
+            (t.proc for t in self.registry), self.unload_policy, broker_state
+        )
+        if not handoff.instance_stays(self.unload_policy, broker_state) and len(self.registry):
+            self.log.info(
+                f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
+            )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
-        units = [t.unit for t in self.registry if not t.proc.status.gone]
+        units = [t.unit for t in self.registry if not t.proc.status.gone and t.unit not in keep]
         for t in self.registry:
-            self._feed(t, Unloading())
+            self._feed(t, Unloading(keep=t.unit in keep))
         try:
+            if keep and self.broker_pid is not None:
+                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep)
             teardown.see_units_gone(self.bridge, self.log, units)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")

@@ -1,0 +1,36 @@
+"""Starting and stopping the guard unit of handed-over units (see handoff.py).
+
+The guard is one small transient unit per rank: the unload that hands units
+over starts it, the next sdexec stops it at load (it then tracks the units).
+"""
+
+import os
+
+from flux_sdexec import handoff
+from flux_sdexec.adapters import teardown
+from flux_sdexec.errors import UnitError
+
+_PASSED_ENV = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")  # what systemctl --user needs
+
+
+def start(bridge, log, name, broker_pid, units):
+    """Start guard ``name`` for ``units``; a failure is logged (the units stay)."""
+    argv = handoff.guard_command(broker_pid, units)
+    env = [f"{k}={os.environ[k]}" for k in _PASSED_ENV if k in os.environ]
+    props = [
+        ("ExecStart", "a(sasb)", [(argv[0], argv, False)]),
+        ("Environment", "as", env),
+        ("Type", "s", "exec"),
+        ("CollectMode", "s", "inactive-or-failed"),
+    ]
+    try:
+        bridge.start_transient_unit(name, props)
+    except UnitError as exc:
+        log.error(f"{name}: cannot start ({exc}): stop the units left running by hand")
+
+
+def stop(bridge, log, name):
+    """Stop a predecessor's guard, if there is one, and see it gone."""
+    if bridge.list_units([name]):
+        teardown.quietly(log, bridge.stop_unit, name)
+        teardown.see_units_gone(bridge, log, [name])
