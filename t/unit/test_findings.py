@@ -28,7 +28,8 @@ from flux_sdexec.events import (
     UnitChanged,
     WaitRequested,
 )
-from flux_sdexec.machine import handle
+from flux_sdexec import table
+from flux_sdexec.machine import fail, handle
 from flux_sdexec.states import ProcState
 
 from helpers import feed, new
@@ -113,3 +114,26 @@ def test_setup_py_tells_the_true_minimum_python():
     ).stdout
     found = re.search(r"Minimum required versions: ([0-9.]+)", out)
     assert found.group(1) == declared.group(1)
+
+
+def test_a_handler_that_raises_leaves_the_process_as_it_was(monkeypatch):
+    """Finding 3, the other half: handlers work on a draft, so a handler that fails after
+    changing fields changes nothing; the adapter then fails the process once (machine.fail)."""
+    proc = new(["sh"], streams=("stdout",))
+    feed(proc, *map(UnitChanged, RUNNING))
+    before = dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out))
+
+    def half_done(p, event, out):
+        p.error, p.out.eof = (errno.EIO, "half"), True
+        raise RuntimeError("bug")
+
+    targets, _ = table.TABLE[(ProcState.RUNNING, OutputClosed)]
+    monkeypatch.setitem(table.TABLE, (ProcState.RUNNING, OutputClosed), (targets, half_done))
+    with pytest.raises(RuntimeError):
+        handle(proc, OutputClosed("stdout"))
+    assert dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out)) == before
+    text = "internal error: OutputClosed: RuntimeError('bug') in state RUNNING"
+    assert fail(proc, "OutputClosed: RuntimeError('bug')")[:2] == [
+        Log(syslog.LOG_ERR, f"u.service: {text}"),
+        RespondError(errno.EINVAL, text),
+    ]
