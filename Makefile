@@ -10,7 +10,7 @@ export PYTHON FLUX_CORE_TARBALL
 
 DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sharness perl procps \
 	libhwloc15 hwloc-nox
-PIP_DEPS := pytest pystemd cffi
+PIP_DEPS := pytest pystemd cffi vermin
 
 .PHONY: check check-unit check-systemd check-flux check-upstream deps flux-core install demo lint
 
@@ -60,5 +60,9 @@ demo:
 	@scripts/prereqs.sh flux systemd python
 	eval "$$(t/start-user-systemd.sh)" && t/demo.sh
 
+# black and flake8 at 100 columns; vermin checks that setup.py's python_requires (3.9)
+# is the minimum the code needs (--eval-annotations: it also reads annotations)
 lint:
-	$(PYTHON) -m black --check -l 100 flux_sdexec t
+	$(PYTHON) -m black --check -l 100 flux_sdexec t bench
+	$(PYTHON) -m flake8 --max-line-length 100 flux_sdexec t bench
+	vermin --no-tips --eval-annotations --violations -t=3.9- flux_sdexec

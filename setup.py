@@ -9,6 +9,6 @@ setup(
     version=version["__version__"],
     description="Flux sdexec subprocess service as a Python broker module",
     packages=find_packages(exclude=["t", "t.*"]),
-    python_requires=">=3.8",
+    python_requires=">=3.9",
     install_requires=["pystemd>=0.13", "cffi>=1.15"],
 )

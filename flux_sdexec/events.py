@@ -1,7 +1,9 @@
-"""Inputs to and actions from the per-process state machine (proc.py).
+"""Inputs to and actions from the per-process state machine (machine.py).
 
 Inputs are facts, named as nouns or in the past tense; actions are orders,
-named in the imperative. Only adapters carry actions out. Pure: stdlib only.
+named in the imperative. Only adapters carry actions out, and they feed back
+what an order asks to hear (``DrainOutput`` -> ``OutputDrained``,
+``CheckAllowedCpus`` -> ``AllowedCpusChecked``). Pure: stdlib only.
 """
 
 from dataclasses import dataclass, field
@@ -17,6 +19,16 @@ class UnitChanged:
 
 
 @dataclass(frozen=True)
+class OutputChunk:
+    """A background process wrote ``data`` on ``stream`` (logged, and retained if waitable)."""
+
+    stream: str
+    rank: str
+    data: bytes
+    eof: bool = False
+
+
+@dataclass(frozen=True)
 class OutputClosed:
     """An output channel (``stdout`` or ``stderr``) reached EOF."""
 
@@ -24,10 +36,15 @@ class OutputClosed:
 
 
 @dataclass(frozen=True)
-class PostStartCheckFailed:
-    """The started process's unit does not enforce what was asked (e.g. AllowedCPUs)."""
+class OutputDrained:
+    """Everything already written to the output channels was read (after DrainOutput)."""
 
-    text: str
+
+@dataclass(frozen=True)
+class AllowedCpusChecked:
+    """The answer to CheckAllowedCpus: None when the cpuset is right, else the problem."""
+
+    problem: str = None
 
 
 @dataclass(frozen=True)
@@ -65,24 +82,45 @@ class Unloading:
 
 @dataclass(frozen=True)
 class Respond:
-    """Send a non-error response to the exec request (``to=None``) or to a waiter."""
+    """Send a non-error response to the exec request."""
 
     payload: dict
-    to: object = None
 
 
 @dataclass(frozen=True)
 class RespondError:
-    """Send an error response to the exec request (``to=None``) or to a waiter."""
+    """Send an error response to the exec request."""
 
     errnum: int
     text: str = None
-    to: object = None
+
+
+@dataclass(frozen=True)
+class AnswerWait:
+    """Answer ``waiter`` with the exit status and retained output, or with ``error``."""
+
+    waiter: object
+    status: int = None
+    output: tuple = ()
+    error: tuple = None  # (errno, text)
+
+
+@dataclass(frozen=True)
+class CheckAllowedCpus:
+    """Compare the cgroup cpuset of ``pid`` with ``expected``; answer AllowedCpusChecked."""
+
+    pid: int
+    expected: str
 
 
 @dataclass(frozen=True)
 class StartOutput:
     """Start reading the output channels."""
+
+
+@dataclass(frozen=True)
+class DrainOutput:
+    """Read what the output channels hold now, then feed OutputDrained."""
 
 
 @dataclass(frozen=True)

@@ -38,22 +38,17 @@ def instance_stays(policy, broker_state):
     return policy == KEEP_WAITABLE and broker_state == RUN_STATE
 
 
-def keepable(proc):
-    """True for a process the next sdexec can adopt and report: waitable, its start
-    reported, no error stored, its unit still loaded, not already being let go."""
-    return (
-        proc.keeps_record
-        and proc.error is None
-        and proc.state in _HANDED_OVER
-        and not proc.status.gone
-    )
+def keepable(p):
+    """True for a process (SdProc) the next sdexec can adopt and report: waitable, its
+    start reported, no error stored, its unit still loaded, not already being let go."""
+    return p.keeps_record and p.error is None and p.state in _HANDED_OVER and not p.unit.gone
 
 
 def units_to_keep(procs, policy, broker_state):
     """The unit names of ``procs`` that this unload leaves running (a set)."""
     if not instance_stays(policy, broker_state):
         return set()
-    return {proc.unit for proc in procs if keepable(proc)}
+    return {p.unit.name for p in procs if keepable(p)}
 
 
 # Run by the guard unit: wait for the broker to exit, then stop what was handed over.

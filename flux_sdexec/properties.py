@@ -11,14 +11,12 @@ import errno
 import re
 
 from flux_sdexec.errors import RequestError
+from flux_sdexec.values import UINT64_MAX, Bad, idset_bitmask, parse_size, percent
 
 PREFIX = "SDEXEC_PROP_"
-UINT64_MAX = 2**64 - 1
 UINT32_MAX = 2**32 - 1
-IDSET_MAX_ID = 1 << 20  # refuse absurd ids rather than build a huge bitmask
 
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*\Z")
-_SIZE_SUFFIX = {"": 0, "k": 10, "K": 10, "M": 20, "G": 30, "T": 40, "P": 50, "E": 60}
 _TRUE = ("1", "yes", "true", "on")
 _FALSE = ("0", "no", "false", "off")
 _CHOICES = {
@@ -28,75 +26,8 @@ _CHOICES = {
 }
 
 
-class _Bad(ValueError):
-    """A value that does not convert; the caller names the property."""
-
-
-def parse_size(text):
-    """Bytes from ``512``, ``0x200``, ``0777``, ``1.5G``, ``4k`` (powers of 1024)."""
-    number, suffix = text, ""
-    if text and text[-1] in _SIZE_SUFFIX and not text.lower().startswith("0x"):
-        number, suffix = text[:-1], text[-1]
-    try:
-        if re.fullmatch(r"0[xX][0-9a-fA-F]+", number):
-            value = int(number, 16)
-        elif re.fullmatch(r"0[0-7]+", number):
-            value = int(number, 8)
-        elif re.fullmatch(r"[0-9]+", number):
-            value = int(number)
-        elif re.fullmatch(r"[0-9]*\.[0-9]+|[0-9]+\.[0-9]*", number):
-            value = float(number)
-        else:
-            raise _Bad(f"{text!r} is not a size")
-    except ValueError as exc:
-        raise _Bad(f"{text!r} is not a size") from exc
-    value = int(value * (1 << _SIZE_SUFFIX[suffix]))
-    if value > UINT64_MAX:
-        raise _Bad(f"{text!r} is too large")
-    return value
-
-
-def _percent(text):
-    """The N of ``N%`` (0 <= N <= 100, fraction allowed), or None if no ``%``."""
-    if not text.endswith("%"):
-        return None
-    try:
-        value = float(text[:-1])
-    except ValueError as exc:
-        raise _Bad(f"{text!r} is not a percentage") from exc
-    if not 0 <= value <= 100 or text.count("%") != 1:
-        raise _Bad(f"{text!r} is not a percentage from 0 to 100")
-    return value
-
-
-def parse_idset(text):
-    """RFC 22 idset (``0,57-99,127``, optional brackets) to a sorted list of ids."""
-    body = text.strip()
-    if body.startswith("[") and body.endswith("]"):
-        body = body[1:-1]
-    ids = set()
-    for part in filter(None, body.split(",")):
-        lo, _, hi = part.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise _Bad(f"{text!r} is not an idset")
-        first, last = int(lo), int(hi or lo)
-        if first > last or last > IDSET_MAX_ID:
-            raise _Bad(f"{text!r} is not a usable idset")
-        ids.update(range(first, last + 1))
-    return sorted(ids)
-
-
-def idset_bitmask(text):
-    """systemd's ``ay`` CPU/NUMA mask: byte i holds ids 8i..8i+7, LSB first."""
-    ids = parse_idset(text)
-    mask = bytearray((ids[-1] // 8 + 1) if ids else 0)
-    for i in ids:
-        mask[i // 8] |= 1 << (i % 8)
-    return bytes(mask)
-
-
 def _memory(name, text):
-    pct = _percent(text)
+    pct = percent(text)
     if pct is not None:
         return [(name + "Scale", "u", int(pct / 100 * UINT32_MAX))]
     if text == "infinity":
@@ -105,13 +36,13 @@ def _memory(name, text):
 
 
 def _tasks_max(name, text):
-    pct = _percent(text)
+    pct = percent(text)
     if pct is not None:
         return [(name + "Scale", "u", int(pct / 100 * UINT32_MAX))]
     if text == "infinity":
         return [(name, "t", UINT64_MAX)]
     if not text.isdigit():
-        raise _Bad(f"{text!r} is not a count, N% or infinity")
+        raise Bad(f"{text!r} is not a count, N% or infinity")
     return [(name, "t", int(text))]
 
 
@@ -120,13 +51,13 @@ def _cpu_quota(name, text):
     if text == "infinity":
         return [("CPUQuotaPerSecUSec", "t", UINT64_MAX)]
     if not text.endswith("%"):
-        raise _Bad(f"{text!r} is not N% or infinity")
+        raise Bad(f"{text!r} is not N% or infinity")
     try:
         value = float(text[:-1])
     except ValueError as exc:
-        raise _Bad(f"{text!r} is not N% or infinity") from exc
+        raise Bad(f"{text!r} is not N% or infinity") from exc
     if not value > 0 or value > 1e6:
-        raise _Bad(f"{text!r} must be above 0%")
+        raise Bad(f"{text!r} must be above 0%")
     return [("CPUQuotaPerSecUSec", "t", int(value * 10000))]
 
 
@@ -134,21 +65,21 @@ def _usec(name, text):
     if text == "infinity":
         return [(name, "t", UINT64_MAX)]
     if not text.isdigit() or int(text) > UINT64_MAX:
-        raise _Bad(f"{text!r} is not microseconds (digits only) or infinity")
+        raise Bad(f"{text!r} is not microseconds (digits only) or infinity")
     return [(name, "t", int(text))]
 
 
 def _boolean(name, text):
     word = text.lower()
     if word not in _TRUE + _FALSE:
-        raise _Bad(f"{text!r} is not a boolean")
+        raise Bad(f"{text!r} is not a boolean")
     return [(name, "b", word in _TRUE)]
 
 
 def _integer(sig):
     def convert(name, text):
         if not re.fullmatch(r"[+-]?[0-9]+", text):
-            raise _Bad(f"{text!r} is not an integer")
+            raise Bad(f"{text!r} is not an integer")
         return [(name, sig, int(text))]
 
     return convert
@@ -163,14 +94,14 @@ def _device_allow(name, text):
     for entry in text.split(","):
         spec, _, perms = entry.strip().partition(" ")
         if not spec or not perms.strip():
-            raise _Bad(f"{entry!r} is not 'PATH PERMS'")
+            raise Bad(f"{entry!r} is not 'PATH PERMS'")
         entries.append((spec, perms.strip()))
     return [(name, "a(ss)", entries)]
 
 
 def _choice(name, text):
     if text not in _CHOICES[name]:
-        raise _Bad(f"{text!r} is not one of {', '.join(_CHOICES[name])}")
+        raise Bad(f"{text!r} is not one of {', '.join(_CHOICES[name])}")
     return [(name, "s", text)]
 
 
@@ -229,9 +160,9 @@ def unit_properties(opts):
         name = key[len(PREFIX) :]
         try:
             if not _NAME_RE.match(name):
-                raise _Bad("not a property name")
+                raise Bad("not a property name")
             props.extend(CONVERTERS.get(name, _string)(name, text))
-        except _Bad as exc:
+        except Bad as exc:
             raise RequestError(errno.EINVAL, f"{key}: error setting property: {exc}") from None
     return props
 

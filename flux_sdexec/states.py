@@ -1,40 +1,51 @@
-"""Process states, stop-timer stages and the transition table.
+"""Process states, unit phases and stop-timer stages: the vocabulary of table.py.
 
-Everything that decides which (state, input) pairs are legal lives here, as
-data. Pure: stdlib only.
+Pure: stdlib only.
 """
 
 import enum
-
-from flux_sdexec.events import (
-    ClientGone,
-    OutputClosed,
-    PostStartCheckFailed,
-    StopTimerExpired,
-    UnitChanged,
-    Unloading,
-    WaitRequested,
-    WaiterGone,
-)
 
 
 class ProcState(enum.Enum):
     """Where one sdexec process is in its life."""
 
     STARTING = "starting"  # unit accepted by systemd, process not seen running
-    RUNNING = "running"  # "started" answered
-    FINISHED = "finished"  # exit status known and reported, waiting for stop and EOFs
+    RUNNING = "running"  # "started" answered (or, background, the start logged)
+    FINISHED = "finished"  # exit status known and reported, waiting for the unit to go and EOFs
     FAILED = "failed"  # an error is stored, waiting for the unit to go away
     ZOMBIE = "zombie"  # background waitable, over, its unit kept as the record for sdexec.wait
     RELEASING = "releasing"  # all answered; waiting for systemd to forget the unit
     DONE = "done"  # nothing more is owed; the adapter forgets it
+
+    __hash__ = object.__hash__  # members are singletons; Enum's hash is Python code (hot path)
+
+    def __repr__(self):
+        return self.name
+
+
+class Phase(enum.Enum):
+    """A unit fact that asks for a decision, once it is known (state-triggered rows).
+
+    machine.py looks for them in this order after every input, each at most once.
+    """
+
+    CHECK_CPUS = "the main pid is known and an AllowedCPUs check is asked for"
+    STARTED = "the process runs (or its exit is already known)"
+    EXITED = "ExecMainCode/ExecMainStatus arrived with a real exit"
+    EXEC_FAILED = "ExecMainStatus is one of systemd's 200-243 exec failures"
+    OVER = "active/exited or failed: the unit holds nothing but our record"
+    DEACTIVATING = "systemd is stopping the unit"
+    GONE = "inactive again after having run"
+    SETTLE = "anything systemd says about a unit being let go"
+
+    __hash__ = object.__hash__
 
     def __repr__(self):
         return self.name
 
 
 class StopStage(enum.IntEnum):
-    """Stop-timer escalation: what the next expiry does."""
+    """Stop-timer escalation: what the next expiry does (IDLE: the timer is not armed)."""
 
     IDLE = 0
     SIGTERM = 1  # next expiry sends SIGTERM
@@ -43,50 +54,8 @@ class StopStage(enum.IntEnum):
 
 
 S = ProcState
-_LIVE = {S.STARTING, S.RUNNING, S.FINISHED, S.FAILED, S.ZOMBIE, S.RELEASING, S.DONE}
-
-# (state, input type) -> the states that input may lead to. A pair not listed raises.
-TRANSITIONS = {
-    (S.STARTING, UnitChanged): _LIVE,
-    (S.STARTING, OutputClosed): {S.STARTING, S.FAILED, S.ZOMBIE, S.RELEASING, S.DONE},
-    (S.STARTING, StopTimerExpired): {S.STARTING, S.RELEASING},
-    (S.STARTING, PostStartCheckFailed): {S.FAILED},
-    (S.STARTING, ClientGone): {S.STARTING},
-    (S.STARTING, WaitRequested): {S.STARTING},
-    (S.STARTING, WaiterGone): {S.STARTING},
-    (S.STARTING, Unloading): {S.DONE},
-    (S.RUNNING, UnitChanged): {S.RUNNING, S.FINISHED, S.FAILED, S.ZOMBIE, S.RELEASING, S.DONE},
-    (S.RUNNING, OutputClosed): {S.RUNNING},
-    (S.RUNNING, StopTimerExpired): {S.RUNNING, S.ZOMBIE, S.RELEASING},
-    (S.RUNNING, ClientGone): {S.RUNNING},
-    (S.RUNNING, WaitRequested): {S.RUNNING},
-    (S.RUNNING, WaiterGone): {S.RUNNING},
-    (S.RUNNING, Unloading): {S.DONE},
-    (S.FINISHED, UnitChanged): {S.FINISHED, S.ZOMBIE, S.RELEASING, S.DONE},
-    (S.FINISHED, OutputClosed): {S.FINISHED, S.ZOMBIE, S.RELEASING, S.DONE},
-    (S.FINISHED, StopTimerExpired): {S.FINISHED, S.ZOMBIE, S.RELEASING},
-    (S.FINISHED, ClientGone): {S.FINISHED},
-    (S.FINISHED, WaitRequested): {S.FINISHED},
-    (S.FINISHED, WaiterGone): {S.FINISHED},
-    (S.FINISHED, Unloading): {S.DONE},
-    (S.FAILED, UnitChanged): {S.FAILED, S.ZOMBIE, S.RELEASING, S.DONE},
-    (S.FAILED, OutputClosed): {S.FAILED, S.ZOMBIE, S.RELEASING, S.DONE},
-    (S.FAILED, StopTimerExpired): {S.FAILED, S.ZOMBIE, S.RELEASING},
-    (S.FAILED, ClientGone): {S.FAILED},
-    (S.FAILED, WaitRequested): {S.FAILED},
-    (S.FAILED, WaiterGone): {S.FAILED},
-    (S.FAILED, Unloading): {S.DONE},
-    (S.ZOMBIE, UnitChanged): {S.ZOMBIE},
-    (S.ZOMBIE, OutputClosed): {S.ZOMBIE},
-    (S.ZOMBIE, StopTimerExpired): {S.ZOMBIE},
-    (S.ZOMBIE, WaitRequested): {S.RELEASING, S.DONE},
-    (S.ZOMBIE, ClientGone): {S.ZOMBIE},
-    (S.ZOMBIE, Unloading): {S.DONE},
-    (S.RELEASING, UnitChanged): {S.RELEASING, S.DONE},
-    (S.RELEASING, OutputClosed): {S.RELEASING},
-    (S.RELEASING, StopTimerExpired): {S.RELEASING},
-    (S.RELEASING, ClientGone): {S.RELEASING},
-    (S.RELEASING, Unloading): {S.DONE},
-}
-
+# states in which the exec request's unit runs its course; the only ones where the stop
+# timer may be armed: leaving them cancels it (machine.py, one place)
+ESCALATING = frozenset({S.STARTING, S.RUNNING, S.FINISHED, S.FAILED})
+LIVE = frozenset(set(S) - {S.DONE})
 TERMINAL = frozenset({S.DONE})

@@ -8,18 +8,45 @@ and its wait status. Pure: stdlib only.
 ACTIVE_STATES = frozenset(
     ("activating", "active", "deactivating", "inactive", "failed", "reloading")
 )
-# the PropertiesChanged properties UnitStatus.update() reads
+# the PropertiesChanged properties Unit.update() reads
 TRACKED = ("ActiveState", "SubState", "ExecMainPID", "ExecMainCode", "ExecMainStatus", "Result")
 EXEC_FAILURE_STATUSES = range(200, 244)  # systemd's EXIT_* codes (203 = EXIT_EXEC)
 CLD_EXITED, CLD_KILLED = 1, 2  # ExecMainCode; CLD_DUMPED (3) is reported like an exit
 
 
-class UnitStatus:
-    """Latched facts about one unit; booleans are computed, never stored."""
+def forget_call(active_state):
+    """The one policy for making systemd forget a loaded unit: the call due in ``active_state``.
 
-    __slots__ = ("active_state", "sub_state", "pid", "code", "status", "result", "left_inactive")
+    A failed unit stays loaded until ResetFailedUnit. An active (or activating) one must
+    be stopped first, and may then end failed and need the reset; a deactivating one is on
+    its way. Returns "reset-failed", "stop" or None.
+    """
+    if active_state == "failed":
+        return "reset-failed"
+    if active_state in ("active", "activating", "reloading"):
+        return "stop"
+    return None
 
-    def __init__(self):
+
+class Unit:
+    """What systemd last said about one unit (the design's struct unit).
+
+    Facts are latched; booleans are computed, never stored.
+    """
+
+    __slots__ = (
+        "name",
+        "active_state",
+        "sub_state",
+        "pid",
+        "code",
+        "status",
+        "result",
+        "left_inactive",
+    )
+
+    def __init__(self, name):
+        self.name = name  # the unit name, <label>:<instance>.service
         self.active_state = "unknown"
         self.sub_state = "unknown"
         self.pid = None
@@ -27,6 +54,12 @@ class UnitStatus:
         self.status = None
         self.result = None
         self.left_inactive = False  # systemd's first signal shows inactive/dead, before the start
+
+    def copy(self):
+        c = Unit.__new__(Unit)
+        for name in Unit.__slots__:
+            setattr(c, name, getattr(self, name))
+        return c
 
     def update(self, props):
         """Merge one signal's properties; return True if anything we track changed."""

@@ -7,7 +7,7 @@ loads our Python sdexec. Covers exit codes, byte-exact stdio, the unit
 environment and properties, option errors, the stop timer, signals and
 disconnects, stats, config reload, module reload and access control.'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_under_flux 2
 

@@ -8,7 +8,7 @@ a UUID instead of the label; the instance part is t + 8 hex digits of rank
 0 broker.uuid for a test instance and f<f58 jobid> for a nested one; the
 rank is added only where a node hosts more than one broker.'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 # "jobs": the nested-instance test runs a Flux job.
 sdexec_under_flux 2 jobs

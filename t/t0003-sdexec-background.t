@@ -8,7 +8,7 @@ retained output, waiters that collide or disconnect, errors after start,
 broker log records of background output, and module unload with a running
 process and a parked waiter.'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_under_flux 2
 

@@ -10,7 +10,7 @@ command, cancel, flux job kill, a time limit, exec.sdexec-properties, 200
 short jobs and 20 2-node jobs, and checks that no unit is left behind.
 t0005 runs the same jobs with exec.method = "bgexec".'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_extra_config exec.toml <<-EOF
 	[exec]
@@ -21,7 +21,7 @@ sdexec_extra_config exec.toml <<-EOF
 	EOF
 
 sdexec_under_flux 2 jobs
-. "$SDEXEC_SRCDIR/t/sharness-jobs.sh"
+. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
 
 # f58 ID: the job ID as it appears in unit names.
 f58() {

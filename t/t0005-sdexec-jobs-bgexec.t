@@ -10,7 +10,7 @@ brokers share this node, so the broker rank is appended). Covers what t0004
 covers for bulk-exec, plus a job-exec reload while jobs run: the jobs are
 reattached by label, keep running, and end with their real status.'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_extra_config exec.toml <<-EOF
 	[exec]
@@ -22,7 +22,7 @@ sdexec_extra_config exec.toml <<-EOF
 	EOF
 
 sdexec_under_flux 2 jobs
-. "$SDEXEC_SRCDIR/t/sharness-jobs.sh"
+. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
 
 # shell_unit RANK ID: the unit of the job shell of ID on broker RANK.
 shell_unit() {

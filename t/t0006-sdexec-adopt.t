@@ -1,7 +1,7 @@
 #!/bin/sh
 test_description='a restarted sdexec adopts the units its crashed predecessor left behind'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_check_prereqs
 module=$SDEXEC_MODULE
@@ -21,14 +21,24 @@ run_instance() {
 
 # Helpers for the scenario scripts (sourced by them).
 cat >lib.sh <<'EOS'
+wait_until() {  # wait_until CMD...: run CMD every 0.1s until it succeeds, at most 30s
+	n=0; while ! "$@"; do
+		n=$((n+1)); test $n -lt 300 || { echo "timed out waiting for: $*" >&2; return 1; }
+		sleep 0.1
+	done
+}
+sdexec_unloaded() {
+	! flux module list | grep -q "^sdexec "
+}
+ps_has() {  # ps_has RANK PATTERN: flux sproc ps of sdexec on RANK shows PATTERN
+	flux sproc ps -s sdexec -r "$1" | grep -q "$2"
+}
 module_pid() {  # pid of sdexec's module process on this broker
 	pgrep -P "$(flux getattr broker.pid)" -f 'sdexec\.py$'
 }
 crash_sdexec() {
 	kill -9 "$(module_pid)"
-	n=0; while flux module list | grep -q "^sdexec "; do
-		n=$((n+1)); test $n -lt 300 || return 1; sleep 0.1
-	done
+	wait_until sdexec_unloaded
 }
 instance() {
 	flux dmesg | sed -n "s/.*units named <label>:\([^.]*\)\.service.*/\1/p" | head -1
@@ -55,7 +65,7 @@ test_expect_success 'running and finished units are adopted with their state and
 	flux exec --service sdexec -r 0 --bg --waitable --label=fifo sh -c "cat fifo; exit 6"
 	flux exec --service sdexec -r 0 --bg --waitable sh -c "cat fifo2; exit 7" >uuid.pid
 	flux exec --service sdexec -r 1 --bg --waitable --label=other sh -c "cat fifo3; exit 8"
-	until flux sproc ps -s sdexec -r 0 | grep -q "Z  done"; do sleep 0.1; done
+	wait_until ps_has 0 "Z  done"
 	crash_sdexec
 	flux module load $module
 	flux sproc ps -s sdexec -r 0 >ps.out
@@ -88,9 +98,10 @@ test_expect_success 'running and finished units are adopted with their state and
 
 test_expect_success 'kill and wait by label after adoption; another instance is untouched' '
 	cat >other.sh <<-EOT &&
+	. ./lib.sh
 	flux exec --service sdexec -r 0 --bg --waitable --label=b sh -c "while ! test -e bgate; do sleep 0.05; done; exit 9"
 	flux dmesg | sed -n "s/.*units named <label>:\\([^.]*\\)\\.service.*/\\1/p" >b.instance
-	while ! test -e b.go; do sleep 0.1; done
+	wait_until test -e b.go
 	flux sproc ps -s sdexec -r 0 >b.ps
 	touch bgate
 	rc=0; flux sproc wait -s sdexec -r 0 b || rc=\$?; echo \$rc >b.status
@@ -99,7 +110,7 @@ test_expect_success 'kill and wait by label after adoption; another instance is 
 	. ./lib.sh
 	flux start --test-size=1 --config-path=conf sh -e other.sh &
 	flux exec --service sdexec -r 0 --bg --waitable --label=k sleep 300
-	while ! test -s b.instance; do sleep 0.1; done
+	wait_until test -s b.instance
 	crash_sdexec
 	flux module load $module
 	flux sproc kill -s sdexec -r 0 9 k

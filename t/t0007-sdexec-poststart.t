@@ -5,7 +5,7 @@ A process whose unit cgroup does not hold the expected cpuset is SIGKILLed and
 its request fails with EIO; job-exec turns that into a job exception and a
 drained rank. Without sdexec-debug the option is ignored, as in flux-core.'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_extra_config exec.toml <<-EOF
 	[exec]

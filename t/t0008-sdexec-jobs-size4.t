@@ -1,7 +1,7 @@
 #!/bin/sh
 test_description='jobs through our sdexec on four brokers sharing one node (bgexec)'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_extra_config exec.toml <<-EOF
 	[exec]

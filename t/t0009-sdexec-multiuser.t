@@ -11,7 +11,7 @@ properties on the unit, exit codes through the IMP, escalation SIGTERM ->
 configured signal when the IMP lingers after STOPPING=1, and EDEADLK (a job
 exception, the rank drained) when it never exits. t0010 runs the same with bgexec.'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_extra_config exec.toml <<-EOF
 	[exec]
@@ -22,8 +22,8 @@ sdexec_extra_config exec.toml <<-EOF
 	EOF
 
 sdexec_under_flux 2 jobs
-. "$SDEXEC_SRCDIR/t/sharness-jobs.sh"
-. "$SDEXEC_SRCDIR/t/sharness-multiuser.sh"
+. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
+. "$SDEXEC_SRCDIR/t/lib/sharness-multiuser.sh"
 
 # shell_unit RANK ID: bulk-exec names a multi-user job's shell units imp-shell-*.
 shell_unit() {

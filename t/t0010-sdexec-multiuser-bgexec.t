@@ -12,7 +12,7 @@ configured signal when the IMP lingers after STOPPING=1, and EDEADLK (a job
 exception, the rank drained) when it never exits. t0009 runs the same with
 bulk-exec.'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_extra_config exec.toml <<-EOF
 	[exec]
@@ -24,8 +24,8 @@ sdexec_extra_config exec.toml <<-EOF
 	EOF
 
 sdexec_under_flux 2 jobs
-. "$SDEXEC_SRCDIR/t/sharness-jobs.sh"
-. "$SDEXEC_SRCDIR/t/sharness-multiuser.sh"
+. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
+. "$SDEXEC_SRCDIR/t/lib/sharness-multiuser.sh"
 
 # shell_unit RANK ID: bgexec labels a multi-user job's shells imp-shell-<rank>-<jobid>.
 shell_unit() {

@@ -8,7 +8,7 @@ properties (logged with sdexec-debug). This machine'"'"'s cgroup v2 has no cpuse
 controller for the user instance, so the post-start AllowedCPUs check then fails
 every constrained job with EIO and drains its rank: that is tested as it is.'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_extra_config t0011.toml <<-EOF
 	[exec]
@@ -158,7 +158,7 @@ test_expect_success 'a mapper error reaches the client: unknown core named' '
 test_expect_success 'a job whose mapping fails gets an exception naming the core' '
 	cat >shifted.py <<-EOF &&
 	from flux_sdexec.map import HwlocMapper
-	from flux_sdexec.properties import parse_idset
+	from flux_sdexec.values import parse_idset
 
 
 	class Shifted(HwlocMapper):

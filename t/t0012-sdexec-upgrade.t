@@ -10,7 +10,7 @@ and job-exec reattaches. Also: a job that ends while sdexec is unloaded,
 two reloads in a row, [systemd] sdexec-unload = "stop-all", instance
 shutdown (every unit stops), and a bulk-exec job (foreground) during a reload.'
 
-. "$(dirname "$0")/sharness-sdexec.sh"
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
 
 sdexec_extra_config exec.toml <<-EOF
 	[exec]
@@ -19,7 +19,7 @@ sdexec_extra_config exec.toml <<-EOF
 	EOF
 
 sdexec_under_flux 2 jobs
-. "$SDEXEC_SRCDIR/t/sharness-jobs.sh"
+. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
 
 # shell_unit RANK ID: the unit of the job shell of ID on broker RANK.
 shell_unit() {

@@ -1,11 +1,11 @@
 """The post-start AllowedCPUs check: does the unit's cgroup v2 cpuset hold what was asked?
 
 Reads /proc and the cgroup v2 filesystem of the running process, nothing else.
-Returns problems as text for the state machine (``PostStartCheckFailed``) rather
+Returns problems as text for the state machine (``AllowedCpusChecked``) rather
 than raising; the texts are flux-core's, so job-exec's drain reasons read the same.
 """
 
-from flux_sdexec.properties import parse_idset
+from flux_sdexec.values import parse_idset
 
 HINT = "(is cpuset controller delegated to the user instance?)"
 UNAVAILABLE = f"AllowedCPUs not enforced: cpuset.cpus unavailable {HINT}"

@@ -17,8 +17,8 @@ READ_MAX = 1 << 20  # most bytes taken from one socket per readable event
 class _Socketpair:
     """Our non-blocking end (``sock``) and systemd's end (``remote``) of one stdio socketpair."""
 
-    def __init__(self, handle, log):
-        self._handle = handle
+    def __init__(self, watchers, log):
+        self._watchers = watchers
         self._log = log
         self.sock, self.remote = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.setblocking(False)
@@ -55,7 +55,7 @@ class OutputChannel(_Socketpair):
     """Our end of one output socketpair.
 
     Args:
-        handle: the flux handle whose reactor runs the watcher.
+        watchers: the ``watchers.Watchers`` that make the (guarded) fd watcher.
         stream: ``stdout`` or ``stderr``.
         buffer: the OutputBuffer of the stream.
         on_chunk: ``on_chunk(chunk, eof)`` for each chunk; ``chunk`` may be b"" with eof.
@@ -63,8 +63,8 @@ class OutputChannel(_Socketpair):
         log: the module's BrokerLogger.
     """
 
-    def __init__(self, handle, stream, buffer, on_chunk, on_closed, log):
-        super().__init__(handle, log)
+    def __init__(self, watchers, stream, buffer, on_chunk, on_closed, log):
+        super().__init__(watchers, log)
         self.stream = stream
         self.buffer = buffer
         self._on_chunk = on_chunk
@@ -73,13 +73,10 @@ class OutputChannel(_Socketpair):
     def start(self):
         """Start reading (after "started", so output never precedes it)."""
         if self.sock and self._watcher is None:
-            self._watcher = self._handle.fd_watcher_create(
-                self.sock.fileno(), self._readable, events=FLUX_POLLIN
+            self._watcher = self._watchers.fd(
+                self.sock.fileno(), FLUX_POLLIN, self._read_once, self.stream
             )
             self._watcher.start()
-
-    def _readable(self, handle, watcher, fd, revents, args):
-        self._read_once()
 
     def _read_once(self):
         """One read; False when nothing more can be read now."""
@@ -129,8 +126,8 @@ class OutputChannel(_Socketpair):
 class InputChannel(_Socketpair):
     """Our end of the stdin socketpair; queues what the socket cannot take yet."""
 
-    def __init__(self, handle, log, logname):
-        super().__init__(handle, log)
+    def __init__(self, watchers, log, logname):
+        super().__init__(watchers, log)
         self._logname = logname
         self._queue = bytearray()
         self._eof = False
@@ -162,8 +159,8 @@ class InputChannel(_Socketpair):
 
     def _want_writable(self, on):
         if on and self._watcher is None:
-            self._watcher = self._handle.fd_watcher_create(
-                self.sock.fileno(), lambda *args: self._flush(), events=FLUX_POLLOUT
+            self._watcher = self._watchers.fd(
+                self.sock.fileno(), FLUX_POLLOUT, self._flush, "stdin"
             )
             self._watcher.start()
         elif not on:

@@ -10,9 +10,11 @@ import errno
 import json
 
 from flux_sdexec import containment
+from flux_sdexec.adapters.watchers import guarded
 from flux_sdexec.errors import RequestError
 
 DISCONNECT_TEXT = "client disconnected before the unit was started"
+LOOKUP_WHAT = "sdexec-mapper.lookup"
 
 
 class MapperLookups:
@@ -48,7 +50,7 @@ class MapperLookups:
         """Send the lookup for ``req``; ``proceed(msg, req)`` starts the unit once mapped."""
         future = self.h.rpc(containment.LOOKUP_TOPIC, containment.lookup_payload(req), self.rank, 0)
         self._pending[future] = (msg, self._sender_of(msg), req, proceed)
-        future.then(self._mapped)
+        future.then(guarded(self.log, LOOKUP_WHAT, self._mapped))  # a reactor callback
 
     def _mapped(self, future):
         entry = self._pending.pop(future, None)

@@ -1,47 +1,40 @@
-"""Where each output chunk goes: streamed to the client, or logged and retained.
+"""Where each output chunk goes: streamed to the client, or handed to the core.
 
-The per-line hot path: a foreground chunk costs one string escape and one
-``flux_respond``; a background chunk one broker log record (and, for a waitable
-process, one retained io object).
+A foreground chunk is the per-line hot path and carries no decision: it costs one
+string escape and one ``flux_respond`` and never touches the state machine. A
+background chunk is an ``OutputChunk`` input: the core logs it and keeps it for a
+wait.
 """
 
-import syslog
-
-from _flux._core import lib
-
-from flux_sdexec import protocol
+from flux_sdexec import responses
+from flux_sdexec.events import OutputChunk
 
 
-def output_sink(handle, log, proc, msg, stream, rank):
-    """The ``on_chunk(chunk, eof)`` callback of one output stream of ``proc``.
+def output_sink(responder, p, stream, rank, feed):
+    """The ``on_chunk(chunk, eof)`` callback of one output stream of SdProc ``p``.
 
     Args:
-        handle: the module's flux handle.
-        log: the module's BrokerLogger.
-        proc: the Proc (its pid, logname, background flag and retained tail are read).
-        msg: the exec request that output responses answer.
+        responder: a ``messages.Responder``.
+        p: the SdProc (its exec request and pid are read, nothing is written).
         stream: ``stdout`` or ``stderr``.
         rank: this broker's rank, as a string.
+        feed: ``feed(p, event)``, the service's way into the state machine.
     """
-    if not proc.background:
+    if not p.cmd.background:
         encoder = None
+        msg = p.exec_request.msg
 
         def stream_chunk(chunk, eof):
             nonlocal encoder
             if encoder is None:  # built at the first chunk: the pid is known by then
-                encoder = protocol.OutputEncoder(stream, rank, proc.pid)
+                encoder = responses.OutputEncoder(stream, rank, p.pid)
             text = encoder.data(chunk, eof) if chunk else encoder.eof()
-            lib.flux_respond(handle.handle, msg.handle, text.encode())
+            responder.respond_raw(msg, text.encode())
 
         return stream_chunk
-    level = syslog.LOG_INFO if stream == "stdout" else syslog.LOG_ERR
 
-    def log_chunk(chunk, eof):
-        if not chunk:
-            return
-        text = chunk.decode(errors="replace").removesuffix("\n")
-        log(level, f"{proc.logname}[{proc.pid}]: {text}")
-        if proc.retained is not None:
-            proc.retained.add(protocol.io_object(stream, rank, chunk, eof), len(chunk))
+    def core_chunk(chunk, eof):
+        if chunk:
+            feed(p, OutputChunk(stream, rank, chunk, eof))
 
-    return log_chunk
+    return core_chunk

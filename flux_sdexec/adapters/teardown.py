@@ -10,6 +10,7 @@ import signal
 import time
 
 from flux_sdexec.errors import UnitError
+from flux_sdexec.unitstate import forget_call
 
 UNLOAD_GRACE = 2.0  # seconds a unit may take to stop before it is SIGKILLed
 
@@ -20,6 +21,14 @@ def quietly(log, call, *args):
         call(*args)
     except UnitError as exc:
         log.debug(f"{call.__name__} {args[0]}: {exc}")
+
+
+def let_go(bridge, log, unit, active_state):
+    """The calls of the forget policy (unitstate.forget_call) for a unit nobody will watch:
+    a stopped unit may end failed, so the reset follows the stop."""
+    if forget_call(active_state) == "stop":
+        quietly(log, bridge.stop_unit, unit)
+    quietly(log, bridge.reset_failed_unit, unit)
 
 
 def see_units_gone(bridge, log, units, grace=UNLOAD_GRACE):
@@ -34,7 +43,7 @@ def see_units_gone(bridge, log, units, grace=UNLOAD_GRACE):
             loaded = {name: active for name, active, _ in bridge.list_units(units)}
             units = [u for u in units if loaded.get(u, "inactive") != "inactive"]
             for unit in units:
-                if loaded[unit] == "failed":
+                if forget_call(loaded[unit]) == "reset-failed":
                     quietly(log, bridge.reset_failed_unit, unit)
             select.select([bridge.fileno()], [], [], 0.05)
             bridge.pump()

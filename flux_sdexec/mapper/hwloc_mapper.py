@@ -12,7 +12,7 @@ from flux_sdexec.mapper import memory
 from flux_sdexec.mapper.base import ResourceMapper, encode_idset
 from flux_sdexec.mapper.devices import GpuDevices
 from flux_sdexec.mapper.topology import Topology
-from flux_sdexec.properties import parse_idset
+from flux_sdexec.values import parse_idset
 
 
 def _ids(text, what):

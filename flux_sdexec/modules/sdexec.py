@@ -9,7 +9,7 @@ FLUX_MODULE_PATH_PREPEND, or a site names this file in ``[modules]``::
     sdexec.module = "/path/to/flux_sdexec/modules/sdexec.py"
 
 Only wiring lives here: each handler hands its message to
-``flux_sdexec.adapters.reactor.SdexecService``.
+``flux_sdexec.adapters.requests.Requests`` through ``SdexecService.serve``.
 """
 
 import errno
@@ -24,11 +24,13 @@ _ROOT = Path(__file__).resolve().parents[2]
 if (_ROOT / "flux_sdexec" / "__init__.py").is_file():
     sys.path.insert(0, str(_ROOT))
 
-from flux.brokermod import BrokerModule, request_handler
+from flux.brokermod import BrokerModule, request_handler  # noqa: E402
 
 from flux_sdexec import config, naming  # noqa: E402
 from flux_sdexec.adapters.brokerstate import broker_state  # noqa: E402
-from flux_sdexec.adapters.reactor import SdexecService  # noqa: E402
+from flux_sdexec.adapters.requests import Requests  # noqa: E402
+from flux_sdexec.adapters.service import SdexecService  # noqa: E402
+from flux_sdexec.adapters.watchers import guarded  # noqa: E402
 
 
 def _attr(handle, name, default=None):
@@ -55,9 +57,10 @@ class SdexecModule(BrokerModule):
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
             raise
+        self.requests = Requests(self.service)
         self.log.info(f"units named <label>:{namer.instance}.service (glob {namer.glob})")
         # the broker SIGTERMs a module still loaded at exit: unload cleanly then too
-        self._sigterm = h.signal_watcher_create(signal.SIGTERM, lambda *args: self.stop())
+        self._sigterm = self.service.watchers.signal(signal.SIGTERM, self.stop, "SIGTERM")
         self._sigterm.start()
 
     def _instance(self, h, rank):
@@ -81,31 +84,31 @@ class SdexecModule(BrokerModule):
 
     @request_handler("exec")
     def exec_(self, msg):
-        self.service.serve(msg, "exec", self.service.exec)
+        self.service.serve(msg, "exec", self.requests.exec)
 
     @request_handler("write")
     def write(self, msg):
-        self.service.write(msg)
+        self.requests.write(msg)
 
     @request_handler("kill")
     def kill(self, msg):
-        self.service.serve(msg, "kill", self.service.kill)
+        self.service.serve(msg, "kill", self.requests.kill)
 
     @request_handler("wait")
     def wait(self, msg):
-        self.service.serve(msg, "wait", self.service.wait)
+        self.service.serve(msg, "wait", self.requests.wait)
 
     @request_handler("list")
     def list_(self, msg):
-        self.service.serve(msg, "list", self.service.list)
+        self.service.serve(msg, "list", self.requests.list)
 
     @request_handler("stats-get")
     def stats_get(self, msg):
-        self.service.serve(msg, "stats-get", self.service.stats, remote_ok=True)
+        self.service.serve(msg, "stats-get", self.requests.stats, remote_ok=True)
 
     @request_handler("disconnect")
     def disconnect(self, msg):
-        self.service.disconnect(msg)
+        guarded(self.log, "disconnect", self.requests.disconnect)(msg)  # never answered
 
     @request_handler("config-reload")
     def config_reload(self, msg):

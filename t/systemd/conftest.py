@@ -19,6 +19,23 @@ import pytest
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, TOP)
 
+
+def _add_flux_python_path():
+    """Make flux's Python bindings importable (the channel tests use flux.constants)."""
+    try:
+        import flux  # noqa: F401
+    except ImportError:
+        try:
+            out = subprocess.run(
+                ["flux", "env", "sh", "-c", "echo $PYTHONPATH"], capture_output=True, text=True
+            ).stdout
+        except OSError:
+            return
+        sys.path[1:1] = [p for p in out.strip().split(":") if p]
+
+
+_add_flux_python_path()
+
 from flux_sdexec.adapters.systemd import SystemdBridge  # noqa: E402
 from flux_sdexec.unitstate import TRACKED  # noqa: E402
 

@@ -11,27 +11,29 @@ import pytest
 from flux_sdexec import config, handoff
 from flux_sdexec.errors import RequestError
 from flux_sdexec.events import (
+    AnswerWait,
     Log,
     OutputClosed,
+    OutputDrained,
     Reap,
-    RespondError,
     StopUnit,
     UnitChanged,
     Unloading,
     WaitRequested,
 )
-from flux_sdexec.proc import Proc
+from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
 
+from helpers import new
 from test_proc import pid_of, replay, until_failed, until_state
 
 UNLOADING = "sdexec module is unloading"
 
 
 def proc(unit, background=True, waitable=True):
-    return Proc(
-        unit,
+    return new(
         ["/bin/sleep"],
+        unit=unit,
         label=unit.split(":")[0],
         background=background,
         waitable=waitable,
@@ -52,14 +54,15 @@ def test_only_started_waitable_processes_are_kept_while_the_instance_runs():
     zombie = proc("zombie:t1.service")
     replay(zombie, "exit-1", until=until_failed("exit-1"))
     assert zombie.state is ProcState.ZOMBIE
-    foreground = Proc("fg:t1.service", ["/bin/sleep"], streams=("stdout", "stderr"))
+    foreground = new(["/bin/sleep"], unit="fg:t1.service", streams=("stdout", "stderr"))
     replay(foreground, "sigterm", until=until_state("sigterm", "active"))
     detached = running("detached:t1.service", waitable=False)
     starting = proc("starting:t1.service")
     replay(starting, "sigterm", until=until_state("sigterm", "activating"))
     collected = proc("collected:t1.service")
     replay(collected, "exit-1", until=until_failed("exit-1"))
-    collected.handle(WaitRequested(object()))
+    handle(collected, WaitRequested(object()))
+    handle(collected, OutputDrained())
     assert collected.state is ProcState.RELEASING
     procs = [kept_running, zombie, foreground, detached, starting, collected]
     assert [p.state for p in procs] == [
@@ -98,8 +101,8 @@ def test_a_gone_or_failed_process_is_not_kept():
     """A waitable process whose unit systemd forgot, or that has an error stored, stops."""
     gone = proc("gone:t1.service")
     replay(gone, "exit-1", until=until_failed("exit-1"))
-    gone.handle(UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
-    assert gone.status.gone and gone.state is ProcState.ZOMBIE
+    handle(gone, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
+    assert gone.unit.gone and gone.state is ProcState.ZOMBIE
     failed = running("failed:t1.service")
     failed.error = (errno.EIO, "post-start check failed")
     assert handoff.units_to_keep([gone, failed], handoff.KEEP_WAITABLE, "run") == set()
@@ -109,10 +112,10 @@ def test_a_kept_unit_is_logged_not_stopped_and_its_parked_wait_gets_enosys():
     """Unloading(keep=True): ENOSYS to the parked wait, one log line, no StopUnit."""
     p = running("run:t1.service")
     waiter = object()
-    p.handle(WaitRequested(waiter))
+    handle(p, WaitRequested(waiter))
     pid = pid_of("sigterm")
-    assert p.handle(Unloading(keep=True)) == [
-        RespondError(errno.ENOSYS, UNLOADING, to=waiter),
+    assert handle(p, Unloading(keep=True)) == [
+        AnswerWait(waiter, error=(errno.ENOSYS, UNLOADING)),
         Log(
             syslog.LOG_INFO,
             f"left running for the next sdexec: run:t1.service (active.running, pid {pid})",
@@ -125,16 +128,16 @@ def test_a_kept_unit_is_logged_not_stopped_and_its_parked_wait_gets_enosys():
 def test_an_unkept_unit_is_still_stopped():
     """Unloading() of the same process without keep stops its unit, as before."""
     p = running("run:t1.service")
-    assert p.handle(Unloading()) == [StopUnit(), Reap()]
+    assert handle(p, Unloading()) == [StopUnit(), Reap()]
 
 
 def test_kept_zombie_is_logged_with_its_exited_state():
     """An exited waitable process is handed over as it is: no ResetFailedUnit either."""
     p = proc("zombie:t1.service")
     replay(p, "exit-1", until=until_failed("exit-1"))
-    p.handle(OutputClosed("stdout"))
+    handle(p, OutputClosed("stdout"))
     pid = pid_of("exit-1")
-    assert p.handle(Unloading(keep=True)) == [
+    assert handle(p, Unloading(keep=True)) == [
         Log(
             syslog.LOG_INFO,
             f"left running for the next sdexec: zombie:t1.service (failed.failed, pid {pid})",

@@ -10,9 +10,12 @@ import pathlib
 import signal
 import syslog
 
-import pytest
-
 from flux_sdexec.events import (
+    AllowedCpusChecked,
+    CheckAllowedCpus,
+    AnswerWait,
+    DrainOutput,
+    OutputDrained,
     ArmTimer,
     CancelTimer,
     ClientGone,
@@ -20,7 +23,6 @@ from flux_sdexec.events import (
     KillUnit,
     Log,
     OutputClosed,
-    PostStartCheckFailed,
     Reap,
     ResetFailedUnit,
     Respond,
@@ -33,23 +35,26 @@ from flux_sdexec.events import (
     WaitRequested,
     WaiterGone,
 )
-from flux_sdexec.proc import InvalidTransition, Proc
+from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
 
+from helpers import new
+
 FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures"
+EXEC_FAIL_TEXT = "unit process could not be started (systemd error 203, result exit-code)"
 
 
 def signals(name):
     return json.loads((FIXTURES / f"{name}.json").read_text())["signals"]
 
 
-def replay(proc, name, until=None):
+def replay(proc, name, until=None, since=0):
     """Feed a recorded sequence, as the adapter would until the process is done."""
     actions = []
-    for props in signals(name)[:until]:
+    for props in signals(name)[since:until]:
         if proc.state is ProcState.DONE:
             break  # the adapter stops watching a reaped unit
-        actions += proc.handle(UnitChanged(props))
+        actions += handle(proc, UnitChanged(props))
     return actions
 
 
@@ -63,7 +68,7 @@ def pid_of(name):
 
 
 def fg(**kw):
-    return Proc("u.service", ["/bin/true"], streams=("stdout", "stderr"), **kw)
+    return new(["/bin/true"], streams=("stdout", "stderr"), **kw)
 
 
 def test_clean_exit_foreground():
@@ -77,16 +82,16 @@ def test_clean_exit_foreground():
         StopUnit(),
     ]
     assert proc.state is ProcState.FINISHED
-    assert proc.handle(OutputClosed("stdout")) == []
-    assert proc.handle(OutputClosed("stderr")) == [RespondError(errno.ENODATA), Reap()]
+    assert handle(proc, OutputClosed("stdout")) == []
+    assert handle(proc, OutputClosed("stderr")) == [RespondError(errno.ENODATA), Reap()]
     assert proc.state is ProcState.DONE
 
 
 def test_exit_1_is_a_normal_finish():
     """false: a failed/failed unit is a normal finished with status 1<<8, then ResetFailedUnit."""
     proc = fg()
-    actions = replay(proc, "exit-1") + proc.handle(OutputClosed("stdout"))
-    actions += proc.handle(OutputClosed("stderr"))
+    actions = replay(proc, "exit-1") + handle(proc, OutputClosed("stdout"))
+    actions += handle(proc, OutputClosed("stderr"))
     assert actions == [
         Respond({"type": "started", "pid": pid_of("exit-1")}),
         StartOutput(),
@@ -99,8 +104,8 @@ def test_exit_1_is_a_normal_finish():
 
 def test_exec_failure_is_enoent_without_started():
     """A missing binary: no started, one ENOENT naming systemd's error and result."""
-    proc = Proc("u.service", ["/notacmd"], streams=("stdout",))
-    actions = replay(proc, "exec-fail") + proc.handle(OutputClosed("stdout"))
+    proc = new(["/notacmd"], streams=("stdout",))
+    actions = replay(proc, "exec-fail") + handle(proc, OutputClosed("stdout"))
     assert actions == [
         StartOutput(),
         ResetFailedUnit(),
@@ -113,7 +118,7 @@ def test_exec_failure_is_enoent_without_started():
 
 def test_signal_status():
     """SIGTERM from KillUnit gives wait status 15 (flux exec exits 143)."""
-    proc = Proc("u.service", ["sleep"], streams=())
+    proc = new(["sleep"], streams=())
     actions = replay(proc, "sigterm")
     assert Respond({"type": "finished", "status": 15}) in actions
     assert actions[-2:] == [RespondError(errno.ENODATA), Reap()]
@@ -121,7 +126,7 @@ def test_signal_status():
 
 def test_first_inactive_signal_is_not_the_end():
     """systemd's pre-start inactive/dead signal must not complete a process without streams."""
-    proc = Proc("u.service", ["/bin/true"], streams=())
+    proc = new(["/bin/true"], streams=())
     assert replay(proc, "exit-0", until=2) == []
     assert proc.state is ProcState.STARTING
 
@@ -131,9 +136,9 @@ def test_stop_timer_escalation():
     proc = fg(stop_timer_sec=5, stop_signal=signal.SIGUSR1)
     actions = replay(proc, "stop-timeout", until=until_state("stop-timeout", "deactivating"))
     assert actions[-1] == ArmTimer(5)
-    assert proc.handle(StopTimerExpired()) == [KillUnit(signal.SIGTERM), ArmTimer(5)]
-    assert proc.handle(StopTimerExpired()) == [KillUnit(signal.SIGUSR1), ArmTimer(5)]
-    assert proc.handle(StopTimerExpired()) == [
+    assert handle(proc, StopTimerExpired()) == [KillUnit(signal.SIGTERM), ArmTimer(5)]
+    assert handle(proc, StopTimerExpired()) == [KillUnit(signal.SIGUSR1), ArmTimer(5)]
+    assert handle(proc, StopTimerExpired()) == [
         Log(syslog.LOG_ERR, "u.service: abandoning after 15s stop timeout"),
         RespondError(errno.EDEADLK, "SIGKILL timeout, unit may still be active"),
         CloseChannels(),
@@ -148,10 +153,10 @@ def test_abandoned_unit_let_go_when_it_ends():
     deactivated = until_state("stop-timeout", "deactivating")
     replay(proc, "stop-timeout", until=deactivated)
     for _ in range(3):
-        proc.handle(StopTimerExpired())
+        handle(proc, StopTimerExpired())
     rest = []
     for props in signals("stop-timeout")[deactivated:]:
-        rest += proc.handle(UnitChanged(props))
+        rest += handle(proc, UnitChanged(props))
     assert rest == [ResetFailedUnit(), Reap()]
     assert proc.state is ProcState.DONE
 
@@ -162,7 +167,7 @@ def test_stop_timer_cancelled_when_unit_dies():
     actions = replay(proc, "stop-timeout")
     assert CancelTimer() in actions
     assert actions.index(CancelTimer()) > actions.index(ArmTimer(5))
-    assert proc.handle(StopTimerExpired()) == []
+    assert handle(proc, StopTimerExpired()) == []
 
 
 def test_stop_timer_disabled_by_default():
@@ -174,15 +179,15 @@ def test_client_gone_kills_foreground_only():
     """A disconnect SIGKILLs a running foreground unit; background units are left alone."""
     proc = fg()
     replay(proc, "sigterm", until=6)
-    assert proc.handle(ClientGone()) == [KillUnit(signal.SIGKILL)]
-    bg = Proc("u.service", ["sleep"], background=True, streams=("stdout", "stderr"))
+    assert handle(proc, ClientGone()) == [KillUnit(signal.SIGKILL)]
+    bg = new(["sleep"], background=True, streams=("stdout", "stderr"))
     replay(bg, "sigterm", until=6)
-    assert bg.handle(ClientGone()) == []
+    assert handle(bg, ClientGone()) == []
 
 
 def test_background_logs_exit_and_never_sends_finished():
     """Background: started is the only response; the exit is logged."""
-    proc = Proc("u.service", ["/bin/false"], background=True, streams=("stdout", "stderr"))
+    proc = new(["/bin/false"], background=True, streams=("stdout", "stderr"))
     pid = pid_of("exit-1")
     actions = replay(proc, "exit-1")
     assert actions == [
@@ -191,14 +196,13 @@ def test_background_logs_exit_and_never_sends_finished():
         Log(syslog.LOG_INFO, f"false[{pid}]: Exit 1"),
         ResetFailedUnit(),
     ]
-    proc.handle(OutputClosed("stdout"))
-    assert proc.handle(OutputClosed("stderr")) == [Reap()]
+    handle(proc, OutputClosed("stdout"))
+    assert handle(proc, OutputClosed("stderr")) == [Reap()]
     assert proc.state is ProcState.DONE
 
 
 def waitable():
-    return Proc(
-        "u.service",
+    return new(
         ["/bin/false"],
         label="L",
         background=True,
@@ -209,8 +213,8 @@ def waitable():
 
 def finish(proc, name):
     replay(proc, name)
-    proc.handle(OutputClosed("stdout"))
-    return proc.handle(OutputClosed("stderr"))
+    handle(proc, OutputClosed("stdout"))
+    return handle(proc, OutputClosed("stderr"))
 
 
 def until_failed(name):
@@ -223,7 +227,7 @@ def test_waitable_unit_is_kept_as_record_then_collected():
     until a wait collects status and output; then the failed unit is reset and, once
     systemd has forgotten it, reaped."""
     proc = waitable()
-    proc.retained.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
+    proc.retained_output.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
     pid = pid_of("exit-1")
     assert replay(proc, "exit-1", until=until_failed("exit-1")) == [
         Respond({"type": "started", "pid": pid}),
@@ -232,14 +236,14 @@ def test_waitable_unit_is_kept_as_record_then_collected():
     ]
     assert proc.state is ProcState.ZOMBIE
     waiter = object()
-    assert proc.handle(WaitRequested(waiter)) == [
-        Respond(
-            {"status": 256, "output": [{"stream": "stdout", "rank": "0", "data": "x\n"}]}, to=waiter
-        ),
+    # the wait first has the channels drained, so that the answer holds all output so far
+    assert handle(proc, WaitRequested(waiter)) == [DrainOutput()]
+    assert handle(proc, OutputDrained()) == [
+        AnswerWait(waiter, 256, ({"stream": "stdout", "rank": "0", "data": "x\n"},)),
         ResetFailedUnit(),
     ]
     assert proc.state is ProcState.RELEASING and not proc.visible
-    assert proc.handle(UnitChanged({"ActiveState": "inactive", "SubState": "dead"})) == [Reap()]
+    assert handle(proc, UnitChanged({"ActiveState": "inactive", "SubState": "dead"})) == [Reap()]
     assert proc.state is ProcState.DONE
 
 
@@ -248,24 +252,23 @@ def test_parked_waiter_answered_at_exit_and_survives_disconnect():
     proc = waitable()
     replay(proc, "exit-1", until=6)
     first = object()
-    assert proc.handle(WaitRequested(first)) == []
-    assert proc.handle(WaiterGone()) == []
+    assert handle(proc, WaitRequested(first)) == []
+    assert handle(proc, WaiterGone()) == []
     second = object()
-    proc.handle(WaitRequested(second))
-    actions = replay(proc, "exit-1")
-    # answered on the Service signal with the status, while the unit is still active;
-    # StopUnit then, ResetFailedUnit when it turns failed, Reap when systemd forgot it
-    assert actions[-4:] == [
-        Respond({"status": 256}, to=second),
-        StopUnit(),
-        ResetFailedUnit(),
-        Reap(),
-    ]
+    handle(proc, WaitRequested(second))
+    failed = until_failed("exit-1")
+    actions = replay(proc, "exit-1", until=failed - 1, since=6)
+    # the status arrives on the Service signal, while the unit is still active: the
+    # output written so far is drained, then the wait answered and the unit stopped;
+    # ResetFailedUnit when it turns failed, Reap when systemd forgot it
+    assert actions[-1] == DrainOutput()
+    assert handle(proc, OutputDrained()) == [AnswerWait(second, 256), StopUnit()]
+    assert replay(proc, "exit-1", since=failed - 1) == [ResetFailedUnit(), Reap()]
 
 
 def test_adopted_finished_unit_becomes_zombie_without_responses():
     """A leftover unit found at load (active/exited) is collectable and answers nothing."""
-    proc = Proc("u.service", ["sh"], label="L", background=True, waitable=True, adopted=True)
+    proc = new(["sh"], label="L", background=True, waitable=True, adopted=True)
     props = {
         "ActiveState": "active",
         "SubState": "exited",
@@ -273,17 +276,17 @@ def test_adopted_finished_unit_becomes_zombie_without_responses():
         "ExecMainCode": 1,
         "ExecMainStatus": 4,
     }
-    assert proc.handle(UnitChanged(props)) == [StartOutput(), Log(syslog.LOG_INFO, "L[9]: Exit 4")]
+    assert handle(proc, UnitChanged(props)) == [StartOutput(), Log(syslog.LOG_INFO, "L[9]: Exit 4")]
     assert proc.state is ProcState.ZOMBIE
-    assert proc.handle(WaitRequested("w"))[0] == Respond({"status": 1024}, to="w")
+    assert handle(proc, WaitRequested("w"))[0] == AnswerWait("w", 1024)
 
 
 def test_exec_failure_of_waitable_fails_the_exec_request():
     """A failure before started fails the exec request itself."""
-    proc = Proc("u.service", ["/notacmd"], background=True, waitable=True, streams=("stdout",))
+    proc = new(["/notacmd"], background=True, waitable=True, streams=("stdout",))
     replay(proc, "exec-fail")
-    actions = proc.handle(OutputClosed("stdout"))
-    assert actions[0].errnum == errno.ENOENT and actions[0].to is None
+    actions = handle(proc, OutputClosed("stdout"))
+    assert isinstance(actions[0], RespondError) and actions[0].errnum == errno.ENOENT
     assert proc.state is ProcState.DONE
 
 
@@ -292,58 +295,97 @@ def test_unloading_answers_everything_owed_and_stops_the_unit():
     proc = waitable()
     replay(proc, "sigterm", until=6)
     waiter = object()
-    proc.handle(WaitRequested(waiter))
-    assert proc.handle(Unloading()) == [
-        RespondError(errno.ENOSYS, "sdexec module is unloading", to=waiter),
+    handle(proc, WaitRequested(waiter))
+    assert handle(proc, Unloading()) == [
+        AnswerWait(waiter, error=(errno.ENOSYS, "sdexec module is unloading")),
         StopUnit(),
         Reap(),
     ]
     fgproc = fg()
     replay(fgproc, "sigterm", until=6)
-    assert fgproc.handle(Unloading())[0] == RespondError(errno.ENOSYS, "sdexec module is unloading")
+    assert handle(fgproc, Unloading())[0] == RespondError(
+        errno.ENOSYS, "sdexec module is unloading"
+    )
 
 
-def test_illegal_input_raises_and_changes_nothing():
-    """A wait on a finished foreground process that is DONE is a bug: it raises, state kept."""
+def test_nothing_follows_done():
+    """An input for a process that is DONE (the adapter forgot it) does nothing."""
     proc = fg()
     finish(proc, "exit-0")
     assert proc.state is ProcState.DONE
-    with pytest.raises(InvalidTransition):
-        proc.handle(UnitChanged({"ActiveState": "active"}))
+    assert handle(proc, UnitChanged({"ActiveState": "active"})) == []
+    assert handle(proc, StopTimerExpired()) == []
     assert proc.state is ProcState.DONE
 
 
 def test_zombie_cancels_stop_timer_and_ignores_stale_expiry():
     """A waitable whose status is known needs no escalation: the timer is cancelled."""
-    proc = Proc("u.service", ["sh"], label="L", background=True, waitable=True, stop_timer_sec=1)
+    proc = new(["sh"], label="L", background=True, waitable=True, stop_timer_sec=1)
     replay(proc, "sigterm", until=6)
-    assert proc.handle(
-        UnitChanged({"ActiveState": "deactivating", "SubState": "stop-sigterm"})
+    assert handle(
+        proc, UnitChanged({"ActiveState": "deactivating", "SubState": "stop-sigterm"})
     ) == [ArmTimer(1)]
-    actions = proc.handle(UnitChanged({"ExecMainCode": 2, "ExecMainStatus": 15}))
+    actions = handle(proc, UnitChanged({"ExecMainCode": 2, "ExecMainStatus": 15}))
     assert actions[-1] == CancelTimer() and proc.state is ProcState.ZOMBIE
-    assert proc.handle(StopTimerExpired()) == []
+    assert handle(proc, StopTimerExpired()) == []
 
 
 def test_failed_post_start_check_is_eio_without_started():
-    """A failed post-start check logs, SIGKILLs, and answers EIO once the unit is reaped."""
-    proc = Proc("u.service", ["sh"], streams=("stdout",))
-    replay(proc, "sigterm", until=1)
-    assert proc.handle(PostStartCheckFailed("AllowedCPUs not enforced")) == [
+    """With an AllowedCPUs check asked for, the pid first asks for the check; a failed
+    check logs, SIGKILLs, and answers EIO once the unit is reaped, never "started"."""
+    proc = new(["sh"], streams=("stdout",), expected_cpus="0")
+    assert replay(proc, "sigterm", until=1) == [CheckAllowedCpus(pid_of("sigterm"), "0")]
+    assert handle(proc, AllowedCpusChecked("AllowedCPUs not enforced")) == [
         Log(syslog.LOG_ERR, "u.service: post-start check failed: AllowedCPUs not enforced"),
         KillUnit(signal.SIGKILL),
         StartOutput(),
     ]
-    actions = replay(proc, "sigterm") + proc.handle(OutputClosed("stdout"))
+    actions = replay(proc, "sigterm") + handle(proc, OutputClosed("stdout"))
     assert not [a for a in actions if isinstance(a, Respond)]
     assert actions[-2:] == [RespondError(errno.EIO, "AllowedCPUs not enforced"), Reap()]
 
 
 def test_zombie_never_rearms_its_stop_timer():
     """A later deactivating signal must not re-arm a zombie's timer: its status is final."""
-    proc = Proc("u.service", ["sh"], label="L", background=True, waitable=True, stop_timer_sec=1)
+    proc = new(["sh"], label="L", background=True, waitable=True, stop_timer_sec=1)
     replay(proc, "sigterm", until=6)
-    proc.handle(UnitChanged({"ExecMainCode": 2, "ExecMainStatus": 15}))
+    handle(proc, UnitChanged({"ExecMainCode": 2, "ExecMainStatus": 15}))
     assert proc.state is ProcState.ZOMBIE
-    assert proc.handle(UnitChanged({"ActiveState": "deactivating", "SubState": "stop"})) == []
-    assert proc.handle(WaitRequested("w"))[0] == Respond({"status": 15}, to="w")
+    assert handle(proc, UnitChanged({"ActiveState": "deactivating", "SubState": "stop"})) == []
+    assert handle(proc, WaitRequested("w"))[0] == AnswerWait("w", 15)
+
+
+def test_passed_post_start_check_lets_started_go_out():
+    """A passed check releases the "started" response that waited for it."""
+    proc = new(["sh"], streams=("stdout",), expected_cpus="0")
+    replay(proc, "sigterm", until=1)
+    assert handle(proc, AllowedCpusChecked(None)) == []
+    actions = replay(proc, "sigterm", until=6)
+    assert actions[:2] == [Respond({"type": "started", "pid": pid_of("sigterm")}), StartOutput()]
+
+
+def test_wait_parked_before_started_gets_the_exec_failure():
+    """A wait by label can arrive before "started": if the command cannot run, the
+    waiter gets the same ENOENT as the exec request (found by the fuzz test)."""
+    proc = new(["/notacmd"], label="L", background=True, waitable=True)
+    handle(proc, WaitRequested("w"))
+    actions = replay(proc, "exec-fail")
+    assert [a for a in actions if isinstance(a, (RespondError, AnswerWait))] == [
+        RespondError(errno.ENOENT, EXEC_FAIL_TEXT),
+        AnswerWait("w", error=(errno.ENOENT, EXEC_FAIL_TEXT)),
+    ]
+    assert proc.state is ProcState.DONE
+
+
+def test_adopted_unit_that_could_not_exec_is_a_zombie_with_its_error():
+    """An adopted unit found failed with an exec failure keeps its record: a wait gets
+    the ENOENT, then the unit is reset (found by the fuzz test)."""
+    proc = new(["sh"], label="L", background=True, waitable=True, adopted=True)
+    props = {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"}
+    props.update({"ExecMainPID": 9, "ExecMainCode": 1, "ExecMainStatus": 203})
+    handle(proc, UnitChanged(props))
+    assert proc.state is ProcState.ZOMBIE
+    assert handle(proc, WaitRequested("w")) == [
+        AnswerWait("w", error=(errno.ENOENT, EXEC_FAIL_TEXT)),
+        ResetFailedUnit(),
+    ]

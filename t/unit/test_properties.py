@@ -5,13 +5,8 @@ import errno
 import pytest
 
 from flux_sdexec.errors import RequestError
-from flux_sdexec.properties import (
-    UINT64_MAX,
-    idset_bitmask,
-    parse_size,
-    start_properties,
-    unit_properties,
-)
+from flux_sdexec.properties import start_properties, unit_properties
+from flux_sdexec.values import UINT64_MAX, idset_bitmask, parse_size
 
 
 def props(**opts):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from flux_sdexec import protocol
+from flux_sdexec import protocol, responses
 from flux_sdexec.errors import RequestError
 
 
@@ -92,7 +92,7 @@ def test_unit_environment_filters_names():
 
 def test_output_encoder_utf8_binary_and_eof():
     """UTF-8 data is a JSON string; other bytes are base64; EOF-only has no data."""
-    enc = protocol.OutputEncoder("stderr", "1", 42)
+    enc = responses.OutputEncoder("stderr", "1", 42)
     assert json.loads(enc.data("é\x00\n".encode())) == {
         "type": "output",
         "pid": 42,
@@ -126,7 +126,7 @@ def test_parse_kill_and_list_entry():
     assert protocol.parse_kill({"pid": -1, "signum": 9, "label": "L"}) == (-1, "L", 9)
     with pytest.raises(RequestError):
         protocol.parse_kill({"pid": 1, "signum": 0})
-    assert protocol.list_entry(7, "sh", None, True) == {
+    assert responses.list_entry(7, "sh", None, True) == {
         "pid": 7,
         "cmd": "sh",
         "label": "",
@@ -136,4 +136,4 @@ def test_parse_kill_and_list_entry():
 
 def test_wait_result_omits_empty_output():
     """output is left out when nothing was retained."""
-    assert protocol.wait_result(0, []) == {"status": 0}
+    assert responses.wait_result(0, []) == {"status": 0}

@@ -1,21 +1,40 @@
 """The transition table: total where it must be, terminal states without exits."""
 
-from flux_sdexec.events import UnitChanged, Unloading
-from flux_sdexec.states import TERMINAL, TRANSITIONS, ProcState
+import inspect
+
+from flux_sdexec import events
+from flux_sdexec.events import Unloading
+from flux_sdexec.states import ESCALATING, LIVE, TERMINAL, Phase, ProcState
+from flux_sdexec.table import TABLE
+
+INPUTS = [
+    cls
+    for _, cls in inspect.getmembers(events, inspect.isclass)
+    if any(TABLE.get((s, cls)) for s in ProcState)
+]
 
 
 def test_terminal_states_have_no_exits():
     """Nothing may follow DONE."""
-    assert not [key for key in TRANSITIONS if key[0] in TERMINAL]
+    assert not [key for key in TABLE if key[0] in TERMINAL]
 
 
 def test_every_live_state_can_unload():
     """Unloading is legal in every non-terminal state and always ends in DONE."""
-    for state in set(ProcState) - TERMINAL:
-        assert TRANSITIONS[(state, Unloading)] == {ProcState.DONE}
+    for state in LIVE:
+        assert TABLE[(state, Unloading)][0] == {ProcState.DONE}
 
 
-def test_targets_are_states():
-    """Every target in the table is a ProcState, and a running process can reach DONE."""
-    assert all(t in ProcState for targets in TRANSITIONS.values() for t in targets)
-    assert ProcState.DONE in TRANSITIONS[(ProcState.RUNNING, UnitChanged)]
+def test_targets_are_states_and_keys_are_inputs_or_phases():
+    """Every target is a ProcState; every key an input event or a unit phase."""
+    assert all(t in ProcState for targets, _ in TABLE.values() for t in targets)
+    assert all(isinstance(key, Phase) or key in INPUTS for _, key in TABLE)
+
+
+def test_every_input_is_taken_in_every_escalating_state_but_the_acks():
+    """While the unit runs its course every input has a row, except the answers to
+    orders only given elsewhere (OutputDrained: a zombie's wait; AllowedCpusChecked:
+    before "started")."""
+    acks = {events.OutputDrained, events.AllowedCpusChecked}
+    missing = [(s, i.__name__) for s in ESCALATING for i in INPUTS if (s, i) not in TABLE]
+    assert all(events.__dict__[name] in acks for _, name in missing)

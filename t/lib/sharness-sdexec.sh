@@ -19,7 +19,7 @@ sdexec_extra_config() {
 # would. Usage:
 #
 #     test_description='...'
-#     . "$(dirname "$0")/sharness-sdexec.sh"
+#     . "$(dirname "$0")/lib/sharness-sdexec.sh"
 #     sdexec_under_flux 2
 #
 # The script is run twice: the first run (outside Flux) checks prerequisites,

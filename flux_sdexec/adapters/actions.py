@@ -1,0 +1,141 @@
+"""Carrying out the core's actions for one SdProc on the flux handle and systemd.
+
+One method per action type, found through a dict: an action without one is a
+bug and raises. Actions that ask to hear back (DrainOutput, CheckAllowedCpus)
+feed their answer to the state machine through the service's ``feed``.
+"""
+
+import errno
+import syslog
+
+from flux_sdexec import responses
+from flux_sdexec.adapters import cgroup
+from flux_sdexec.errors import UnitError
+from flux_sdexec.events import (
+    AllowedCpusChecked,
+    AnswerWait,
+    ArmTimer,
+    CancelTimer,
+    CheckAllowedCpus,
+    CloseChannels,
+    DrainOutput,
+    KillUnit,
+    Log,
+    OutputDrained,
+    Reap,
+    ResetFailedUnit,
+    Respond,
+    RespondError,
+    StartOutput,
+    StopTimerExpired,
+    StopUnit,
+)
+
+
+class ActionRunner:
+    """Args:
+    svc: the SdexecService (its responder, bridge, watchers, log, debug flag and feed).
+    """
+
+    def __init__(self, svc):
+        self.svc = svc
+        self._dispatch = {
+            Respond: self.respond,
+            RespondError: self.respond_error,
+            AnswerWait: self.answer_wait,
+            CheckAllowedCpus: self.check_allowed_cpus,
+            StartOutput: self.start_output,
+            DrainOutput: self.drain_output,
+            CloseChannels: self.close_channels,
+            StopUnit: self.stop_unit,
+            ResetFailedUnit: self.reset_failed_unit,
+            KillUnit: self.kill_unit,
+            ArmTimer: self.arm_timer,
+            CancelTimer: self.cancel_timer,
+            Log: self.log,
+            Reap: self.reap,
+        }
+
+    def run(self, p, action):
+        """Carry out ``action`` for SdProc ``p``."""
+        try:
+            method = self._dispatch[type(action)]
+        except KeyError:
+            raise TypeError(f"no adapter for action {action!r}") from None
+        method(p, action)
+
+    def respond(self, p, a):
+        self.svc.responder.respond(p.exec_request.msg, a.payload)
+
+    def respond_error(self, p, a):
+        self.svc.responder.respond_error(p.exec_request.msg, a.errnum, a.text)
+
+    def answer_wait(self, p, a):
+        if a.error is not None:
+            self.svc.responder.respond_error(a.waiter.msg, *a.error)
+        else:
+            result = responses.wait_result(a.status, list(a.output))
+            self.svc.responder.respond(a.waiter.msg, result)
+
+    def check_allowed_cpus(self, p, a):
+        self.svc.feed(p, AllowedCpusChecked(cgroup.check_allowed_cpus(a.pid, a.expected)))
+
+    def start_output(self, p, a):
+        for channel in p.outputs:
+            if channel.io is not None:
+                channel.io.start()
+
+    def drain_output(self, p, a):
+        for channel in p.outputs:
+            if channel.io is not None:
+                channel.io.drain()
+        self.svc.feed(p, OutputDrained())
+
+    def close_channels(self, p, a):
+        for channel in (p.in_, *p.outputs):
+            if channel.io is not None:
+                channel.io.close()
+
+    def stop_unit(self, p, a):
+        self._systemd(p, "stop", self.svc.bridge.stop_unit, p.unit.name)
+
+    def reset_failed_unit(self, p, a):
+        self._systemd(p, "reset-failed", self.svc.bridge.reset_failed_unit, p.unit.name)
+
+    def kill_unit(self, p, a):
+        what = f"kill main (signal {a.signum})"
+        self._systemd(p, what, self.svc.bridge.kill_unit, p.unit.name, a.signum)
+
+    def arm_timer(self, p, a):
+        if p.stop.io is None:
+            p.stop.io = self.svc.watchers.timer(
+                a.seconds, lambda: self.svc.feed(p, StopTimerExpired(), pump=True), p.unit.name
+            )
+        p.stop.io.reset(after=a.seconds)
+
+    def cancel_timer(self, p, a):
+        if p.stop.io is not None:
+            p.stop.io.stop()
+
+    def log(self, p, a):
+        self.svc.log(a.level, a.text)
+
+    def reap(self, p, a):
+        """Release the unit watch, the timer and the channels."""
+        self.svc.bridge.unwatch(p.unit.name)
+        p.watching = False
+        if p.stop.io is not None:
+            p.stop.io.stop()
+            p.stop.io.destroy()
+            p.stop.io = None
+        self.close_channels(p, a)
+
+    def _systemd(self, p, what, call, *args):
+        svc = self.svc
+        if svc.debug:
+            svc.log.debug(f"{what} {p.unit.name}")
+        try:
+            call(*args)
+        except UnitError as exc:
+            quiet = p.unit.gone or exc.errno in (errno.ENOENT, errno.ESRCH)
+            svc.log(syslog.LOG_DEBUG if quiet else syslog.LOG_ERR, f"{what} {p.unit.name}: {exc}")

@@ -1,0 +1,43 @@
+"""Adoption: the units a crashed predecessor left running become background waitables.
+
+At load, every unit matching this instance's glob and rank is tracked as an
+SdProc with no exec request; a unit that cannot be adopted is let go (teardown).
+"""
+
+import errno
+
+from flux_sdexec.errors import RequestError
+from flux_sdexec.events import UnitChanged
+from flux_sdexec.protocol import ExecRequest
+from flux_sdexec.sdproc import SdProc
+from flux_sdexec.adapters import teardown
+
+
+def adopt_leftovers(svc):
+    """Track this rank's leftover units in ``svc`` (an SdexecService)."""
+    for unit, _, _ in svc.bridge.list_units([svc.namer.glob]):
+        ours, label = svc.namer.parse(unit)
+        if not ours:
+            continue  # another rank's (or a verbatim SDEXEC_NAME): not ours to touch
+        props = {}
+        try:
+            props = svc.bridge.get_unit_properties(unit)
+            if label is not None and svc.registry.has_label(label):
+                raise RequestError(errno.EEXIST, f"label {label} is already tracked")
+            exec_start = props.get("ExecStart") or [(unit, [unit])]
+            cmd = ExecRequest(
+                cmdline=list(exec_start[0][1]) or [unit],
+                env={},
+                label=label,
+                background=True,
+                waitable=True,
+            )
+            p = SdProc(None, cmd, unit, adopted=True)
+            svc.registry.add(p)
+            svc.bridge.watch(unit)
+            p.watching = True
+            svc.feed(p, UnitChanged(props))
+            svc.log.info(f"adopted {unit} ({p.unit.state}, pid {p.pid})")
+        except OSError as exc:
+            svc.log.error(f"{unit}: cannot adopt ({exc}), letting it go")
+            teardown.let_go(svc.bridge, svc.log, unit, props.get("ActiveState", "active"))

@@ -1,0 +1,167 @@
+"""The sdexec RPCs: each validates its request and feeds the state machine.
+
+``exec`` starts a unit (responses then follow from systemd's signals), ``write``
+feeds stdin, ``kill``/``wait``/``list``/``stats-get`` look processes up, and
+``disconnect`` tells the processes of a client that went away.
+"""
+
+import dataclasses
+import errno
+
+from flux_sdexec import containment, properties, protocol, responses
+from flux_sdexec.adapters.channels import InputChannel, OutputChannel
+from flux_sdexec.adapters.messages import (
+    Request,
+    is_noresponse,
+    is_streaming,
+    payload_of,
+    sender_of,
+)
+from flux_sdexec.adapters.sinks import output_sink
+from flux_sdexec.errors import RequestError, UnitError
+from flux_sdexec.events import ClientGone, OutputClosed, WaitRequested, WaiterGone
+from flux_sdexec.linebuf import OutputBuffer
+from flux_sdexec.sdproc import SdProc
+
+
+class Requests:
+    """The request handlers of one SdexecService ``svc``."""
+
+    def __init__(self, svc):
+        self.svc = svc
+
+    def exec(self, msg):
+        """``sdexec.exec``: validate, map resources if asked, then start the unit."""
+        req = protocol.parse_exec(payload_of(msg, "exec"), is_streaming(msg))
+        if req.r_local is not None:
+            self.svc.lookups.lookup(msg, req, self._start)
+        else:
+            self._start(msg, req)
+
+    def _start(self, msg, req):
+        """Name and start the unit; responses follow from signals. Returns the unit name."""
+        svc = self.svc
+        if req.label and svc.registry.has_label(req.label):
+            raise RequestError(errno.EEXIST, "command label is not unique")
+        unit = svc.namer.name(req.label, req.opts.get("SDEXEC_NAME"))
+        if svc.registry.by_unit(unit) is not None:
+            raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
+        # what the post-start check expects: SDEXEC_TEST_EXPECTED_CPUS (honoured only in debug
+        # mode, as in flux-core) or the mapper's AllowedCPUs
+        req = dataclasses.replace(req, expected_cpus=containment.expected_cpus(req, svc.debug))
+        p = SdProc(Request(msg), req, unit)
+        try:
+            channels = self._open_channels(p)
+            environment = protocol.unit_environment(req.env, svc.local_uri)
+            fds = {c.name: c.io.remote_fd() for c in channels}
+            props = properties.start_properties(req.cmdline, req.cwd, environment, fds, req.opts)
+            svc.registry.add(p)
+            svc.bridge.watch(unit)
+            p.watching = True
+            if svc.debug:
+                svc.log.debug(f"start {unit}")
+            svc.bridge.start_transient_unit(unit, props)
+            p.start_sent = True
+        except BaseException as exc:
+            svc.bridge.unwatch(unit)
+            svc.registry.remove(p)
+            for channel in (p.in_, *p.outputs):
+                if channel.io is not None:
+                    channel.io.close()
+            if isinstance(exc, UnitError) and exc.errno == errno.EROFS:
+                raise UnitError(errno.EINVAL, exc.strerror) from None  # unknown property
+            raise
+        for channel in channels:
+            channel.io.release_remote()
+        return unit
+
+    def _open_channels(self, p):
+        """The socketpairs of the channels ``p`` uses, attached to its Channels."""
+        svc, req = self.svc, p.cmd
+        if p.in_.used:
+            p.in_.io = InputChannel(svc.watchers, svc.log, p.logname)
+        for channel in p.outputs:
+            if channel.used:
+                channel.io = OutputChannel(
+                    svc.watchers,
+                    channel.name,
+                    OutputBuffer(req.line_buffer[channel.name], req.bufsize[channel.name]),
+                    output_sink(svc.responder, p, channel.name, str(svc.rank), svc.feed),
+                    lambda s, p=p: svc.feed(p, OutputClosed(s)),
+                    svc.log,
+                )
+        return [c for c in (p.in_, *p.outputs) if c.io is not None]
+
+    def write(self, msg):
+        """``sdexec.write``: stdin data for a foreground process; never answered."""
+        svc = self.svc
+        try:
+            if not is_noresponse(msg):
+                raise RequestError(errno.EPROTO, "write request is missing NORESPONSE flag")
+            matchtag, data, eof = protocol.parse_write(payload_of(msg, "write"))
+            p = svc.registry.by_request(sender_of(msg), matchtag)
+            if p is None:
+                raise RequestError(errno.ESRCH, "sdexec.write: subprocess no longer exists")
+            if p.in_.io is None:
+                raise RequestError(
+                    errno.EINVAL, "sdexec.write: stdin is closed for a background process"
+                )
+            p.in_.io.write(data, eof)
+        except OSError as exc:
+            svc.log.error(str(exc))
+        except Exception as exc:
+            svc.log.error(f"write: {exc!r}")
+
+    def kill(self, msg):
+        """``sdexec.kill``: KillUnit(main, signum) on a tracked process."""
+        svc = self.svc
+        pid, label, signum = protocol.parse_kill(payload_of(msg, "kill"))
+        p = svc.find(pid, label, "kill")
+        if svc.debug:
+            svc.log.debug(f"kill main {p.unit.name} (signal {signum})")
+        svc.bridge.kill_unit(p.unit.name, signum)
+        svc.responder.respond(msg)
+
+    def wait(self, msg):
+        """``sdexec.wait``: a waitable process's status, now or when it ends."""
+        pid, label = protocol.parse_target(payload_of(msg, "wait"), "wait")
+        p = self.svc.find(pid, label, "wait")
+        if not p.cmd.waitable:
+            raise RequestError(errno.EINVAL, "process is not waitable")
+        if p.waiter is not None:
+            raise RequestError(errno.EINVAL, "process is already being waited on")
+        self.svc.feed(p, WaitRequested(Request(msg)))
+
+    def list(self, msg):
+        """``sdexec.list``: every tracked process, in start order."""
+        procs = [
+            responses.list_entry(p.pid, p.cmd.cmdline[0], p.cmd.label, p.finished)
+            for p in self.svc.registry
+            if p.visible
+        ]
+        self.svc.responder.respond(msg, {"rank": self.svc.rank, "procs": procs})
+
+    def stats(self, msg):
+        """``sdexec.stats-get``: per-unit state and channel fds."""
+        procs = {}
+        for p in self.svc.registry:
+            procs[p.unit.name] = {
+                "state": p.unit.state,
+                "pid": p.pid,
+                **{
+                    key: c.io.stats() if c.io else None
+                    for key, c in zip(("in", "out", "err"), (p.in_, p.out, p.err))
+                },
+            }
+        self.svc.responder.respond(msg, {"procs": procs})
+
+    def disconnect(self, msg):
+        """RFC 6 disconnect: tell the client's processes and the ones it waits on."""
+        sender = sender_of(msg)
+        self.svc.lookups.cancel(sender)
+        for p in self.svc.registry.by_sender(sender):
+            if p.exec_request is not None and p.exec_request.sender == sender:
+                self.svc.feed(p, ClientGone())
+            if p.waiter is not None and p.waiter.sender == sender:
+                self.svc.feed(p, WaiterGone())
+        self.svc.bus.pump()

@@ -1,0 +1,162 @@
+"""The sdexec service on one flux handle: the SdProcs, and the one way into them.
+
+``feed(p, input)`` runs the state machine and carries out the actions it
+returns; everything that happens to a process (a systemd signal, an EOF, a
+timer, a request) goes through it. The parts around it: ``bus.BusWatcher``
+(signals in), ``actions.ActionRunner`` (orders out), ``adopt`` (leftover units
+at load), ``requests.Requests`` (the RPCs), ``mapper_client`` (containment lookups
+before a start), ``teardown`` (unload).
+"""
+
+import errno
+import json
+
+from flux_sdexec import handoff, unitstate
+from flux_sdexec.adapters import adopt, guard, teardown
+from flux_sdexec.adapters.actions import ActionRunner
+from flux_sdexec.adapters.bus import BusWatcher
+from flux_sdexec.adapters.watchers import Watchers
+from flux_sdexec.adapters.mapper_client import MapperLookups
+from flux_sdexec.adapters.messages import Responder, is_local, sender_of
+from flux_sdexec.adapters.systemd import SystemdBridge
+from flux_sdexec.errors import RequestError, UnitError
+from flux_sdexec.events import UnitChanged, Unloading
+from flux_sdexec.lifecycle import UNLOADING_TEXT
+from flux_sdexec.machine import fail, handle
+from flux_sdexec.registry import Registry
+from flux_sdexec.states import ProcState
+
+REMOTE_TEXT = "Remote sdexec requests are not allowed on rank 0"
+
+
+class SdexecService:
+    """All of sdexec's state on one broker rank.
+
+    Args:
+        handle: the module's flux handle.
+        log: the module's BrokerLogger.
+        rank: this broker's rank.
+        local_uri: the broker's ``local-uri`` (FLUX_URI of every unit).
+        namer: a ``naming.UnitNamer``.
+        debug: ``[systemd] sdexec-debug``.
+        unload_policy: ``[systemd] sdexec-unload``.
+        broker_pid: the broker's pid, watched by the guard of handed-over units.
+    """
+
+    def __init__(
+        self,
+        handle,
+        log,
+        rank,
+        local_uri,
+        namer,
+        debug=False,
+        unload_policy=handoff.KEEP_WAITABLE,
+        broker_pid=None,
+    ):
+        self.h = handle
+        self.log = log
+        self.rank = rank
+        self.local_uri = local_uri
+        self.namer = namer
+        self.debug = debug
+        self.unload_policy = unload_policy
+        self.broker_pid = broker_pid
+        self.guard = handoff.guard_unit(namer.instance, rank)
+        self.registry = Registry()
+        self.watchers = Watchers(handle, log)
+        self.responder = Responder(handle, log)
+        self.runner = ActionRunner(self)
+        self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
+        self.bridge.open()
+        self.bus = BusWatcher(self.bridge, self.watchers, log, self._catch_up)
+        self.lookups = MapperLookups(
+            handle,
+            log,
+            rank,
+            self.serve,
+            self.responder.respond_error,
+            sender_of,
+            lambda: self.debug,
+        )
+        guard.stop(self.bridge, self.log, self.guard)
+        adopt.adopt_leftovers(self)
+        self.bus.pump()
+
+    def feed(self, p, event, pump=False):
+        """Apply one input to SdProc ``p`` and carry out the actions, each on its own."""
+        try:
+            actions = handle(p, event)
+        except Exception as exc:  # a bug in the core: nothing was changed; fail the process
+            actions = fail(p, f"{type(event).__name__}: {exc!r}")
+        for action in actions:
+            try:
+                self.runner.run(p, action)
+            except Exception as exc:
+                self.log.error(f"{p.unit.name}: {type(action).__name__}: {exc!r}")
+        if p.state is ProcState.DONE:
+            self.registry.remove(p)
+        if pump:
+            self.bus.pump()
+
+    def _unit_changed(self, unit, props):
+        p = self.registry.by_unit(unit)
+        if p is None:
+            return
+        if self.debug:
+            state = f"{props.get('ActiveState', '-')}.{props.get('SubState', '-')}"
+            self.log.debug(f"{unit}: {state} {json.dumps(props, default=str)[:200]}")
+        self.feed(p, UnitChanged(props))
+
+    def _catch_up(self):
+        """After a reconnect: what every tracked unit is now."""
+        for p in self.registry:
+            try:
+                self._unit_changed(p.unit.name, self.bridge.get_unit_properties(p.unit.name))
+            except UnitError as exc:
+                self.log.error(f"{p.unit.name}: {exc}")
+
+    def serve(self, msg, verb, func, remote_ok=False):
+        """Run ``func(msg)`` for a request, turning any failure into one error response."""
+        try:
+            if not remote_ok and self.rank == 0 and not is_local(msg):
+                raise RequestError(errno.EPERM, REMOTE_TEXT)
+            func(msg)
+        except OSError as exc:
+            self.responder.respond_error(msg, exc.errno or errno.EINVAL, exc.strerror or str(exc))
+        except Exception as exc:
+            self.log.error(f"{verb}: {exc!r}")
+            self.responder.respond_error(msg, errno.EINVAL, f"{verb}: internal error: {exc}")
+        self.bus.pump()
+
+    def find(self, pid, label, verb):
+        """The visible process with ``label`` (else ``pid``), or RequestError(ESRCH)."""
+        p = self.registry.find(pid, label)
+        if p is None:
+            target = f"label={label}" if label is not None else f"pid={pid}"
+            raise RequestError(errno.ESRCH, f"{verb} {target} not found")
+        return p
+
+    def unload(self, broker_state):
+        """Answer what is owed with ENOSYS and stop every unit still running, except
+        those handed over to the next sdexec (``handoff.units_to_keep``).
+
+        Args:
+            broker_state: the local broker's state-machine state, None when unknown.
+        """
+        keep = handoff.units_to_keep(self.registry, self.unload_policy, broker_state)
+        if not handoff.instance_stays(self.unload_policy, broker_state) and len(self.registry):
+            self.log.info(
+                f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
+            )
+        self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
+        units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
+        for p in self.registry:
+            self.feed(p, Unloading(keep=p.unit.name in keep))
+        try:
+            if keep and self.broker_pid is not None:
+                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep)
+            teardown.see_units_gone(self.bridge, self.log, units)
+        except UnitError as exc:
+            self.log.error(f"unload: {exc}")
+        self.bridge.close()
