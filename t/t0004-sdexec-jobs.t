@@ -63,6 +63,7 @@ test_expect_success 'flux job kill -s SIGUSR1 ends a 2-node job with that signal
 	wait_start $id &&
 	unit_active $(shell_unit 0 $id) &&
 	unit_active $(shell_unit 1 $id) &&
+	tasks_running $id &&
 	flux job kill -s SIGUSR1 $id &&
 	wait_clean $id &&
 	test_expect_code 138 flux job status $id &&

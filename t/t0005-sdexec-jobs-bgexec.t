@@ -62,6 +62,7 @@ test_expect_success 'flux job kill -s SIGUSR1 ends a 2-node job with that signal
 	id=$(flux submit -N2 -n2 sleep 300) &&
 	wait_event $id start &&
 	both_units_active $id &&
+	tasks_running $id &&
 	flux job kill -s SIGUSR1 $id &&
 	wait_event $id clean &&
 	test_expect_code 138 flux job status $id &&

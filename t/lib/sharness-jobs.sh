@@ -13,6 +13,12 @@ has_exception() {
 	test_debug "cat eventlog.out" &&
 	grep "exception type=\"$2\"" eventlog.out
 }
+# tasks_running ID: every shell of job ID has started its tasks (the leader's shell.start).
+# `flux job kill` is an event each shell applies to the tasks it runs: sent before a
+# shell started them, it is lost for that shell (flux-core: "open loop").
+tasks_running() {
+	flux job wait-event -q -t "$T" -p exec "$1" shell.start
+}
 # job_results [flux jobs options or IDs]: how many of the jobs ended with each result.
 job_results() {
 	flux jobs -n -o "{result}" "$@" | sort | uniq -c
