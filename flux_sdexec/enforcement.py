@@ -194,5 +194,5 @@ class Tally:
         return new
 
     def stats(self):
-        """``{constraint: {"enforced": n, "not-enforced": n, "not-checkable": n, "last_reason": s}}``."""
+        """``{constraint: {<outcome>: count for each outcome, "last_reason": text}}``."""
         return {name: dict(entry) for name, entry in self._counts.items()}
