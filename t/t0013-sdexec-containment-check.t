@@ -29,6 +29,19 @@ DEVICE_REASON="systemd's user manager does not apply device policies (systemd#23
 containment() {
 	flux exec -r "$1" flux module stats sdexec | jq -c .containment
 }
+# set_policy [POLICY]: set (or, without POLICY, drop) containment-check and wait until
+# sdexec on rank 1 applies it (modules take a reload after the broker's config changes).
+set_policy() {
+	if test $# -gt 0; then
+		sdexec_set_config policy "$(printf "[sdexec]\ncontainment-check = \"%s\"" "$1")"
+	else
+		sdexec_set_config policy
+	fi &&
+	sdexec_wait_until policy_is ${1:-enforce}
+}
+policy_is() {
+	containment 1 | jq -e ".policy == \"$1\"" >/dev/null
+}
 # count RANK CONSTRAINT OUTCOME: how many starts on RANK had CONSTRAINT with OUTCOME.
 count() {
 	containment "$1" | jq ".constraints.$2[\"$3\"] // 0"
@@ -81,11 +94,10 @@ test_expect_success 'a bad policy fails flux config reload and the old one stays
 	grep "sdexec.containment-check must be one of enforce, warn, off" reload.err &&
 	rm "$SDEXEC_CONF_DIR/zz-policy.toml" &&
 	containment 0 | jq -e ".policy == \"enforce\"" &&
-	sdexec_set_config policy
+	set_policy
 '
 test_expect_success 'warn: the constrained job runs, its unit carries the mapped properties' '
-	sdexec_set_config policy "$(printf "[sdexec]\ncontainment-check = \"warn\"")" &&
-	containment 1 | jq -e ".policy == \"warn\"" &&
+	set_policy warn &&
 	id=$(flux submit -N1 -n1 --requires=rank:1 --cwd="$PWD" \
 		sh -c "until test -e go.$$; do sleep 0.1; done") &&
 	unit=$(shell_unit 1 $id) &&
@@ -111,7 +123,7 @@ test_expect_success 'warn: the start was counted, and logged nothing new' '
 	test $(grep -c ": AllowedCPUs not-enforced: .*(first seen)" rank1.log2) -eq 1
 '
 test_expect_success 'off: the job runs and nothing is checked or counted' '
-	sdexec_set_config policy "$(printf "[sdexec]\ncontainment-check = \"off\"")" &&
+	set_policy off &&
 	containment 1 >before.out &&
 	run -N1 -n1 --requires=rank:1 true &&
 	containment 1 >after.out &&
@@ -121,7 +133,7 @@ test_expect_success 'off: the job runs and nothing is checked or counted' '
 	test_cmp before.c after.c
 '
 test_expect_success 'enforce: properties a client sets itself are checked and counted, never fatal' '
-	sdexec_set_config policy &&
+	set_policy &&
 	before=$(count 1 MemoryHigh not-enforced) &&
 	$sdexec -r 1 --setopt=SDEXEC_PROP_MemoryHigh=1G true &&
 	test $(count 1 MemoryHigh not-enforced) -eq $((before + 1))
