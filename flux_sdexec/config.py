@@ -47,3 +47,25 @@ def sdexec_unload(conf):
             errno.EINVAL, f"{_PREFIX}: sdexec-unload must be {allowed}, got {value!r}"
         )
     return value
+
+
+CONTAINMENT_POLICIES = ("enforce", "warn", "off")
+
+
+def containment_check(conf):
+    """``sdexec.containment-check`` from a whole config object (default ``enforce``).
+
+    Raises:
+        RequestError: EINVAL naming the key and the accepted values.
+    """
+    table = conf.get("sdexec", {}) if isinstance(conf, dict) else None
+    if not isinstance(table, dict):
+        raise RequestError(errno.EINVAL, "[sdexec] is not a table")
+    value = table.get("containment-check", "enforce")
+    if value not in CONTAINMENT_POLICIES:
+        raise RequestError(
+            errno.EINVAL,
+            f"sdexec.containment-check must be one of {', '.join(CONTAINMENT_POLICIES)}: "
+            f"got {value!r}",
+        )
+    return value

@@ -2,8 +2,8 @@
 
 sdexec asks ``sdexec-mapper.lookup`` for a command carrying ``SDEXEC_R_LOCAL``
 (protocol §8). Its properties override ``SDEXEC_PROP_*`` (and so
-``exec.sdexec-properties``), and its AllowedCPUs becomes the set the post-start
-cgroup check expects. A failed lookup fails the exec with the mapper's reason.
+``exec.sdexec-properties``); enforcement.py then verifies them after the start.
+A failed lookup fails the exec with the mapper's reason.
 """
 
 import errno
@@ -53,12 +53,3 @@ def apply(req, mapped):
     opts = dict(req.opts)
     opts.update((PREFIX + name, value) for name, value in mapped.items())
     req.opts = opts
-    req.mapped_cpus = mapped.get("AllowedCPUs")
-
-
-def expected_cpus(req, debug):
-    """The idset the post-start check expects: SDEXEC_TEST_EXPECTED_CPUS in debug mode, else
-    the mapper's AllowedCPUs (None: no check)."""
-    if debug and req.expected_cpus is not None:
-        return req.expected_cpus
-    return req.mapped_cpus

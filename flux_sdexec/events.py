@@ -3,7 +3,7 @@
 Inputs are facts, named as nouns or in the past tense; actions are orders,
 named in the imperative. Only adapters carry actions out, and they feed back
 what an order asks to hear (``DrainOutput`` -> ``OutputDrained``,
-``CheckAllowedCpus`` -> ``AllowedCpusChecked``). Pure: stdlib only.
+``CheckContainment`` -> ``ContainmentChecked``). Pure: stdlib only.
 """
 
 from dataclasses import dataclass, field
@@ -41,8 +41,8 @@ class OutputDrained:
 
 
 @dataclass(frozen=True)
-class AllowedCpusChecked:
-    """The answer to CheckAllowedCpus: None when the cpuset is right, else the problem."""
+class ContainmentChecked:
+    """The answer to CheckContainment: None when the exec may run, else the problem."""
 
     problem: str = None
 
@@ -106,11 +106,12 @@ class AnswerWait:
 
 
 @dataclass(frozen=True)
-class CheckAllowedCpus:
-    """Compare the cgroup cpuset of ``pid`` with ``expected``; answer AllowedCpusChecked."""
+class CheckContainment:
+    """Verify ``check`` (an ``enforcement.PostStartCheck``) against the cgroup of ``pid``;
+    answer ContainmentChecked."""
 
     pid: int
-    expected: str
+    check: object
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import syslog
 from flux_sdexec import responses
 from flux_sdexec.events import (
     AnswerWait,
-    CheckAllowedCpus,
+    CheckContainment,
     CloseChannels,
     KillUnit,
     Log,
@@ -36,9 +36,9 @@ NO_CODE_TEXT = (
 # ---- unit phases ----
 
 
-def check_cpus(p, event, out):
+def post_start_check(p, event, out):
     p.check_sent = True
-    out.append(CheckAllowedCpus(p.unit.pid, p.check_cpus))
+    out.append(CheckContainment(p.unit.pid, p.post_start_check))
     return p.state
 
 
@@ -129,8 +129,8 @@ def output_closed(p, event, out):
     return p.state
 
 
-def cpus_checked(p, event, out):
-    p.check_cpus = None
+def post_start_checked(p, event, out):
+    p.post_start_check = None
     if p.state is not S.STARTING or event.problem is None:
         return p.state
     # flux-core's order: log, store EIO, SIGKILL, read output; the error goes out once

@@ -39,8 +39,10 @@ def _over(p):
 # when each unit phase is due: its facts are known and not yet acted on. Checked one at a
 # time, in this order, so that each sees what the phases before it did.
 DUE = {
-    Phase.CHECK_CPUS: lambda p: bool(p.unit.pid) and p.check_cpus is not None and not p.check_sent,
-    Phase.STARTED: lambda p: p.unit.started and p.check_cpus is None,
+    Phase.POST_START_CHECK: lambda p: bool(p.unit.pid)
+    and p.post_start_check is not None
+    and not p.check_sent,
+    Phase.STARTED: lambda p: p.unit.started and p.post_start_check is None,
     Phase.EXITED: lambda p: p.unit.finished and not p.finished_response_sent,
     Phase.EXEC_FAILED: lambda p: p.unit.exec_failed and p.error is None,
     Phase.OVER: _over,

@@ -54,7 +54,7 @@ class ExecRequest:
     stop_signal: int = signal.SIGKILL
     expected_cpus: str = None  # SDEXEC_TEST_EXPECTED_CPUS, checked after start (debug only)
     r_local: str = None  # SDEXEC_R_LOCAL: R to ask sdexec-mapper about before the start
-    mapped_cpus: str = None  # the mapper's AllowedCPUs, checked after start
+    post_start_check: object = None  # what to verify once the pid is known (enforcement.py)
 
 
 def _proto(text):

@@ -76,8 +76,8 @@ class SdProc:
         self.err = Channel("stderr", "stderr" in streams)  # stderr
         self.output_started = False  # StartOutput was asked for
         self.stop = StopTimer()  # kill escalation
-        self.check_cpus = cmd.expected_cpus  # AllowedCPUs to check once the pid is known
-        self.check_sent = False  # CheckAllowedCpus was asked for
+        self.post_start_check = cmd.post_start_check  # what to verify once the pid is known
+        self.check_sent = False  # CheckContainment was asked for
         self.started_response_sent = adopted  # "started" answered (or logged, background)
         self.finished_response_sent = False  # "finished" answered (or exit logged, background)
         self.error = None  # (errno, text) for the terminal response

@@ -29,7 +29,7 @@ class Phase(enum.Enum):
     machine.py looks for them in this order after every input, each at most once.
     """
 
-    CHECK_CPUS = "the main pid is known and an AllowedCPUs check is asked for"
+    POST_START_CHECK = "the main pid is known and a containment check is asked for"
     STARTED = "the process runs (or its exit is already known)"
     EXITED = "ExecMainCode/ExecMainStatus arrived with a real exit"
     EXEC_FAILED = "ExecMainStatus is one of systemd's 200-243 exec failures"

@@ -30,7 +30,7 @@ Pure: stdlib only.
 from flux_sdexec import lifecycle as h
 from flux_sdexec import waits as w
 from flux_sdexec.events import (
-    AllowedCpusChecked,
+    ContainmentChecked,
     ClientGone,
     OutputChunk,
     OutputClosed,
@@ -61,7 +61,7 @@ def row(states, key, targets, handler):
 # ---- unit phases (state-triggered) ----
 # the AllowedCPUs check (debug mode) runs before "started" may go out: a failed check is
 # an EIO without "started", as in flux-core
-row([STARTING], Phase.CHECK_CPUS, [None], h.check_cpus)
+row([STARTING], Phase.POST_START_CHECK, [None], h.post_start_check)
 # started: see the module docstring; an adopted unit's "started" went out long ago
 row([STARTING], Phase.STARTED, [RUNNING], h.started)
 # finished: foreground answers it, background logs it; a waitable one becomes a zombie
@@ -86,9 +86,9 @@ row(LIVE, OutputChunk, [None], h.output_chunk)
 row(LIVE, OutputClosed, [None], h.output_closed)
 # a wait asked for the output written so far: answer it now
 row([ZOMBIE], OutputDrained, [ZOMBIE, RELEASING, DONE], w.output_drained)
-# the answer to CheckAllowedCpus; a process that failed meanwhile ignores it
-row([STARTING], AllowedCpusChecked, [STARTING, FAILED], h.cpus_checked)
-row([FAILED], AllowedCpusChecked, [FAILED], h.cpus_checked)
+# the answer to CheckContainment; a process that failed meanwhile ignores it
+row([STARTING], ContainmentChecked, [STARTING, FAILED], h.post_start_checked)
+row([FAILED], ContainmentChecked, [FAILED], h.post_start_checked)
 # escalation steps; a zombie or releasing process has no timer, but an expiry may have
 # been queued before the cancel
 row(ESCALATING, StopTimerExpired, [None, *ENDS], h.stop_timer_expired)

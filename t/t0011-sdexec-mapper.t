@@ -24,8 +24,8 @@ sdexec_extra_config t0011.toml <<-EOF
 	EOF
 
 sdexec_under_flux 2 jobs
+. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
 
-T=$SDEXEC_WAIT_TIMEOUT
 GIB8=8589934592
 test -n "$(command -v hwloc-calc)" && test_set_prereq HWLOC_CALC
 test "$(id -u)" = 0 && test_set_prereq ROOT  # mknod under /dev
@@ -58,27 +58,6 @@ rank1_log() {
 }
 mapper_stats() {
 	flux exec -r "$1" flux module stats sdexec-mapper
-}
-# set_config NAME [TOML]: replace conf file zz-NAME.toml (no TOML: remove it), reload,
-# and wait until rank 1 has the new config (followers take it asynchronously).
-set_config() {
-	if test $# -gt 1; then
-		printf "%s\n" "$2" >"$SDEXEC_CONF_DIR/zz-$1.toml"
-	else
-		rm -f "$SDEXEC_CONF_DIR/zz-$1.toml"
-	fi &&
-	flux config reload &&
-	flux config get | jq -S . >config.want &&
-	sdexec_wait_until rank1_config_is config.want
-}
-rank1_config_is() {
-	flux exec -r 1 flux config get | jq -S . | cmp -s - "$1"
-}
-job_exception() {
-	flux job wait-event -q -t "$T" "$1" clean &&
-	flux job eventlog "$1" >"$1.eventlog" &&
-	test_debug "cat $1.eventlog" &&
-	grep "exception" "$1.eventlog"
 }
 
 test_expect_success 'rc1 loaded our sdexec and sdexec-mapper on both ranks' '
@@ -167,13 +146,13 @@ test_expect_success 'a job whose mapping fails gets an exception naming the core
 	    def map_cores(self, cores):
 	        return super().map_cores(",".join(str(i + 1000) for i in parse_idset(cores)))
 	EOF
-	set_config mapper "$(printf "[sdexec]\nmapper = \"shifted.Shifted\"\nmapper-searchpath = \"%s\"" "$PWD")" &&
+	sdexec_set_config mapper "$(printf "[sdexec]\nmapper = \"shifted.Shifted\"\nmapper-searchpath = \"%s\"" "$PWD")" &&
 	id=$(flux submit -N1 -n1 --requires=rank:1 true) &&
 	job_exception $id >shifted.note &&
 	grep "resource mapping failed: failed to map cores: core 100[01] not found" shifted.note &&
 	flux resource drain -n -o "{ranks}" >drain2.out &&
 	test_must_be_empty drain2.out &&
-	set_config mapper
+	sdexec_set_config mapper
 '
 test_expect_success 'with the mapper unloaded a job fails with a clear reason' '
 	flux exec -r 1 flux module remove sdexec-mapper &&
@@ -196,7 +175,7 @@ test_expect_success 'a custom mapper from mapper-searchpath shows in stats and m
 	    def map_cores(self, cores):
 	        return {"MemoryHigh": "1G"}
 	EOF
-	set_config mapper "$(printf "[sdexec]\nmapper = \"sitemap.SiteMapper\"\nmapper-searchpath = \"%s\"" "$PWD/site")" &&
+	sdexec_set_config mapper "$(printf "[sdexec]\nmapper = \"sitemap.SiteMapper\"\nmapper-searchpath = \"%s\"" "$PWD/site")" &&
 	mapper_stats 0 >site.stats &&
 	jq -e ".config.mapper_class == \"sitemap.SiteMapper\"" site.stats &&
 	jq -e ".config.mapper_searchpath == \"$PWD/site\"" site.stats &&
@@ -207,10 +186,10 @@ test_expect_success 'a custom mapper from mapper-searchpath shows in stats and m
 	test_cmp site.expected site.out
 '
 test_expect_success 'flux-core'"'"'s own HwlocMapper, named in sdexec.mapper, loads and agrees' '
-	set_config mapper "$(printf "[sdexec]\nmapper = \"flux.sdexec.map.HwlocMapper\"")" &&
+	sdexec_set_config mapper "$(printf "[sdexec]\nmapper = \"flux.sdexec.map.HwlocMapper\"")" &&
 	mapper_stats 0 | jq -e ".config.mapper_class == \"flux.sdexec.map.HwlocMapper\"" &&
 	lookup 0 "$(r_local 0 0)" >flux-core.out &&
-	set_config mapper &&
+	sdexec_set_config mapper &&
 	lookup 0 "$(r_local 0 0)" >ours.out &&
 	test_debug "cat flux-core.out ours.out" &&
 	test_cmp flux-core.out ours.out
@@ -235,7 +214,7 @@ test_expect_success 'a mapper that waits for a gate file before answering' '
 	        os.unlink("$PWD/entered")
 	        return super().map(R, extra_properties)
 	EOF
-	set_config mapper "$(printf "[sdexec]\nmapper = \"gated.Gated\"\nmapper-searchpath = \"%s\"" "$PWD/site")" &&
+	sdexec_set_config mapper "$(printf "[sdexec]\nmapper = \"gated.Gated\"\nmapper-searchpath = \"%s\"" "$PWD/site")" &&
 	touch gate &&
 	lookup 0 "$(r_local 0 0)" >gated.out &&
 	jq -e .AllowedCPUs gated.out &&
@@ -276,7 +255,7 @@ test_expect_success 'sdexec unloads while a lookup is pending: ENOSYS, nothing s
 	rm gate
 '
 test_expect_success ROOT 'a char device created under /dev after start is in the next lookup' '
-	set_config mapper &&
+	sdexec_set_config mapper &&
 	lookup 0 "$(r_local 0 0)" >before.out &&
 	jq -e ".DeviceAllow == \"/dev/null rw\"" before.out &&
 	mknod $TESTDEV c 1 3 &&

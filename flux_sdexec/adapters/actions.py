@@ -1,7 +1,7 @@
 """Carrying out the core's actions for one SdProc on the flux handle and systemd.
 
 One method per action type, found through a dict: an action without one is a
-bug and raises. Actions that ask to hear back (DrainOutput, CheckAllowedCpus)
+bug and raises. Actions that ask to hear back (DrainOutput, CheckContainment)
 feed their answer to the state machine through the service's ``feed``.
 """
 
@@ -9,14 +9,13 @@ import errno
 import syslog
 
 from flux_sdexec import responses
-from flux_sdexec.adapters import cgroup
 from flux_sdexec.errors import UnitError
 from flux_sdexec.events import (
-    AllowedCpusChecked,
+    ContainmentChecked,
     AnswerWait,
     ArmTimer,
     CancelTimer,
-    CheckAllowedCpus,
+    CheckContainment,
     CloseChannels,
     DrainOutput,
     KillUnit,
@@ -43,7 +42,7 @@ class ActionRunner:
             Respond: self.respond,
             RespondError: self.respond_error,
             AnswerWait: self.answer_wait,
-            CheckAllowedCpus: self.check_allowed_cpus,
+            CheckContainment: self.check_containment,
             StartOutput: self.start_output,
             DrainOutput: self.drain_output,
             CloseChannels: self.close_channels,
@@ -77,8 +76,10 @@ class ActionRunner:
             result = responses.wait_result(a.status, list(a.output))
             self.svc.responder.respond(a.waiter.msg, result)
 
-    def check_allowed_cpus(self, p, a):
-        self.svc.feed(p, AllowedCpusChecked(cgroup.check_allowed_cpus(a.pid, a.expected)))
+    def check_containment(self, p, a):
+        self.svc.feed(
+            p, ContainmentChecked(self.svc.containment.check(a.pid, a.check, p.unit.name))
+        )
 
     def start_output(self, p, a):
         for channel in p.outputs:

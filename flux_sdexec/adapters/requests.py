@@ -8,7 +8,7 @@ feeds stdin, ``kill``/``wait``/``list``/``stats-get`` look processes up, and
 import dataclasses
 import errno
 
-from flux_sdexec import containment, properties, protocol, responses
+from flux_sdexec import enforcement, properties, protocol, responses
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
 from flux_sdexec.adapters.messages import (
     Request,
@@ -46,9 +46,8 @@ class Requests:
         unit = svc.namer.name(req.label, req.opts.get("SDEXEC_NAME"))
         if svc.registry.by_unit(unit) is not None:
             raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
-        # what the post-start check expects: SDEXEC_TEST_EXPECTED_CPUS (honoured only in debug
-        # mode, as in flux-core) or the mapper's AllowedCPUs
-        req = dataclasses.replace(req, expected_cpus=containment.expected_cpus(req, svc.debug))
+        check = enforcement.post_start_check(req, svc.debug)
+        req = dataclasses.replace(req, post_start_check=check)
         p = SdProc(Request(msg), req, unit)
         try:
             channels = self._open_channels(p)
@@ -153,7 +152,8 @@ class Requests:
                     for key, c in zip(("in", "out", "err"), (p.in_, p.out, p.err))
                 },
             }
-        self.svc.responder.respond(msg, {"procs": procs})
+        stats = {"procs": procs, "containment": self.svc.containment.stats()}
+        self.svc.responder.respond(msg, stats)
 
     def disconnect(self, msg):
         """RFC 6 disconnect: tell the client's processes and the ones it waits on."""

@@ -12,7 +12,7 @@ import errno
 import json
 
 from flux_sdexec import handoff, unitstate
-from flux_sdexec.adapters import adopt, guard, teardown
+from flux_sdexec.adapters import adopt, cgroup, guard, teardown
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.bus import BusWatcher
 from flux_sdexec.adapters.watchers import Watchers
@@ -40,6 +40,7 @@ class SdexecService:
         namer: a ``naming.UnitNamer``.
         debug: ``[systemd] sdexec-debug``.
         unload_policy: ``[systemd] sdexec-unload``.
+        containment_check: ``[sdexec] containment-check``.
         broker_pid: the broker's pid, watched by the guard of handed-over units.
     """
 
@@ -52,6 +53,7 @@ class SdexecService:
         namer,
         debug=False,
         unload_policy=handoff.KEEP_WAITABLE,
+        containment_check="enforce",
         broker_pid=None,
     ):
         self.h = handle
@@ -61,6 +63,7 @@ class SdexecService:
         self.namer = namer
         self.debug = debug
         self.unload_policy = unload_policy
+        self.containment = cgroup.ContainmentChecker(log, containment_check)
         self.broker_pid = broker_pid
         self.guard = handoff.guard_unit(namer.instance, rank)
         self.registry = Registry()

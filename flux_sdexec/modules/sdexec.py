@@ -49,10 +49,16 @@ class SdexecModule(BrokerModule):
         try:
             namer = naming.UnitNamer(self._instance(h, rank), rank, self._rank_suffix(h))
             conf = h.conf_get() or {}
-            debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
-            pid = _attr(h, "broker.pid")
             self.service = SdexecService(
-                h, self.log, rank, h.attr_get("local-uri"), namer, debug, policy, pid
+                h,
+                self.log,
+                rank,
+                h.attr_get("local-uri"),
+                namer,
+                debug=config.sdexec_debug(conf),
+                unload_policy=config.sdexec_unload(conf),
+                containment_check=config.containment_check(conf),
+                broker_pid=_attr(h, "broker.pid"),
             )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
@@ -122,5 +128,7 @@ class SdexecModule(BrokerModule):
         if not isinstance(conf, dict):
             raise OSError(errno.EPROTO, "Error unpacking config-reload request")
         debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
+        check = config.containment_check(conf)
         self.service.debug, self.service.unload_policy = debug, policy
+        self.service.containment.policy = check
         self.handle.respond(msg)

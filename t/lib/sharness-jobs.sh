@@ -19,6 +19,13 @@ has_exception() {
 tasks_running() {
 	flux job wait-event -q -t "$T" -p exec "$1" shell.start
 }
+# job_exception ID: wait until job ID is clean; print its exception events (fails if none).
+job_exception() {
+	flux job wait-event -q -t "$T" "$1" clean &&
+	flux job eventlog "$1" >"$1.eventlog" &&
+	test_debug "cat $1.eventlog" &&
+	grep "exception" "$1.eventlog"
+}
 # job_results [flux jobs options or IDs]: how many of the jobs ended with each result.
 job_results() {
 	flux jobs -n -o "{result}" "$@" | sort | uniq -c

@@ -154,6 +154,23 @@ sdexec_wait_until() {
     done
 }
 
+# sdexec_set_config NAME [TOML]: replace conf file zz-NAME.toml of this instance (no TOML:
+# remove it), `flux config reload`, and wait until rank 1 has the new config (followers
+# take it asynchronously). Fails if the reload fails.
+sdexec_set_config() {
+    if test $# -gt 1; then
+        printf "%s\n" "$2" >"$SDEXEC_CONF_DIR/zz-$1.toml"
+    else
+        rm -f "$SDEXEC_CONF_DIR/zz-$1.toml"
+    fi &&
+        flux config reload &&
+        flux config get | jq -S . >config.want &&
+        sdexec_wait_until sdexec_rank1_config_is config.want
+}
+sdexec_rank1_config_is() {
+    flux exec -r 1 flux config get | jq -S . | cmp -s - "$1"
+}
+
 # sdexec_wait_for_file FILE: wait until FILE exists and is not empty.
 sdexec_wait_for_file() {
     sdexec_wait_until test -s "$1"

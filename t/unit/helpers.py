@@ -2,9 +2,13 @@
 
 import signal
 
+from flux_sdexec.enforcement import PostStartCheck
 from flux_sdexec.machine import handle
 from flux_sdexec.protocol import ExecRequest
 from flux_sdexec.sdproc import SdProc
+
+# a post-start check as a constrained job shell asks for it (opaque to the core)
+CHECK = PostStartCheck({"AllowedCPUs": "0"}, constrained=True)
 
 
 def new(
@@ -15,7 +19,7 @@ def new(
     waitable=False,
     stop_timer_sec=None,
     stop_signal=signal.SIGKILL,
-    expected_cpus=None,
+    post_start_check=None,
     adopted=False,
     request="exec-request",
     unit="u.service",
@@ -30,7 +34,7 @@ def new(
         streams=tuple(streams),
         stop_timer_sec=stop_timer_sec,
         stop_signal=stop_signal,
-        expected_cpus=expected_cpus,
+        post_start_check=post_start_check,
     )
     return SdProc(None if adopted else request, cmd, unit, adopted=adopted)
 

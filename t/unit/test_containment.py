@@ -31,30 +31,6 @@ def test_mapper_overrides_configured_properties():
     }
 
 
-@pytest.mark.parametrize(
-    "debug, test_cpus, mapped, expected",
-    [
-        (False, None, {"AllowedCPUs": "0-1"}, "0-1"),
-        (False, "7", {"AllowedCPUs": "0-1"}, "0-1"),
-        (True, "7", {"AllowedCPUs": "0-1"}, "7"),
-        (False, None, {"DevicePolicy": "closed"}, None),
-    ],
-)
-def test_expected_cpus(debug, test_cpus, mapped, expected):
-    """The mapper's AllowedCPUs is checked always; SDEXEC_TEST_EXPECTED_CPUS only in debug."""
-    opts = {"SDEXEC_R_LOCAL": "{}"}
-    if test_cpus:
-        opts["SDEXEC_TEST_EXPECTED_CPUS"] = test_cpus
-    req = request(**opts)
-    containment.apply(req, mapped)
-    assert containment.expected_cpus(req, debug) == expected
-
-
-def test_no_mapper_no_check():
-    """Without SDEXEC_R_LOCAL and debug, nothing is checked."""
-    assert containment.expected_cpus(request(SDEXEC_TEST_EXPECTED_CPUS="0"), False) is None
-
-
 @pytest.mark.parametrize("reply", [[], {"AllowedCPUs": 1}, {"": "x"}, {"Bad Name": "x"}])
 def test_bad_reply(reply):
     """A reply that is not an object of property strings is EPROTO."""

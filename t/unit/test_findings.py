@@ -14,7 +14,7 @@ import syslog
 import pytest
 
 from flux_sdexec.events import (
-    AllowedCpusChecked,
+    ContainmentChecked,
     AnswerWait,
     ArmTimer,
     CancelTimer,
@@ -85,8 +85,8 @@ def test_disallowed_input_changes_nothing_and_fails_the_process_once():
     proc = new(["sh"], streams=("stdout",))
     feed(proc, *map(UnitChanged, RUNNING))
     before = dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out))
-    text = "internal error: AllowedCpusChecked in state RUNNING"
-    assert handle(proc, AllowedCpusChecked("too late")) == [
+    text = "internal error: ContainmentChecked in state RUNNING"
+    assert handle(proc, ContainmentChecked("too late")) == [
         Log(syslog.LOG_ERR, f"u.service: {text}"),
         RespondError(errno.EINVAL, text),
         CloseChannels(),

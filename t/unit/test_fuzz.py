@@ -20,11 +20,11 @@ import signal
 
 from flux_sdexec import handoff
 from flux_sdexec.events import (
-    AllowedCpusChecked,
+    ContainmentChecked,
     AnswerWait,
     ArmTimer,
     CancelTimer,
-    CheckAllowedCpus,
+    CheckContainment,
     ClientGone,
     CloseChannels,
     DrainOutput,
@@ -47,7 +47,7 @@ from flux_sdexec.events import (
 from flux_sdexec.machine import handle
 from flux_sdexec.states import ESCALATING, ProcState, StopStage
 
-from helpers import new
+from helpers import CHECK, new
 from sim import FATES, SimUnit
 
 SEED = int(os.environ.get("FUZZ_SEED", "9"))
@@ -74,7 +74,7 @@ class Walk:
             waitable=self.waitable,
             stop_timer_sec=rng.choice([None, 1]),
             stop_signal=rng.choice([signal.SIGKILL, signal.SIGUSR1]),
-            expected_cpus=None if self.adopted else rng.choice([None, "0"]),
+            post_start_check=None if self.adopted else rng.choice([None, CHECK]),
             adopted=self.adopted,
         )
         self.sim = SimUnit(rng, rng.choice(FATES))
@@ -112,8 +112,8 @@ class Walk:
             self.answers["exec"].append(a)
         elif kind is AnswerWait:
             self.answers.setdefault(id(a.waiter), []).append(a)
-        elif kind is CheckAllowedCpus:
-            self.feed(AllowedCpusChecked(self.rng.choice([None, "AllowedCPUs not enforced"])))
+        elif kind is CheckContainment:
+            self.feed(ContainmentChecked(self.rng.choice([None, "AllowedCPUs not enforced"])))
         elif kind is DrainOutput:
             self.feed(OutputDrained())
         elif kind is StartOutput:

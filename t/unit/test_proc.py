@@ -11,8 +11,8 @@ import signal
 import syslog
 
 from flux_sdexec.events import (
-    AllowedCpusChecked,
-    CheckAllowedCpus,
+    ContainmentChecked,
+    CheckContainment,
     AnswerWait,
     DrainOutput,
     OutputDrained,
@@ -38,7 +38,7 @@ from flux_sdexec.events import (
 from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
 
-from helpers import new
+from helpers import CHECK, new
 
 FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures"
 EXEC_FAIL_TEXT = "unit process could not be started (systemd error 203, result exit-code)"
@@ -331,11 +331,11 @@ def test_zombie_cancels_stop_timer_and_ignores_stale_expiry():
 
 
 def test_failed_post_start_check_is_eio_without_started():
-    """With an AllowedCPUs check asked for, the pid first asks for the check; a failed
+    """With a containment check asked for, the pid first asks for the check; a failed
     check logs, SIGKILLs, and answers EIO once the unit is reaped, never "started"."""
-    proc = new(["sh"], streams=("stdout",), expected_cpus="0")
-    assert replay(proc, "sigterm", until=1) == [CheckAllowedCpus(pid_of("sigterm"), "0")]
-    assert handle(proc, AllowedCpusChecked("AllowedCPUs not enforced")) == [
+    proc = new(["sh"], streams=("stdout",), post_start_check=CHECK)
+    assert replay(proc, "sigterm", until=1) == [CheckContainment(pid_of("sigterm"), CHECK)]
+    assert handle(proc, ContainmentChecked("AllowedCPUs not enforced")) == [
         Log(syslog.LOG_ERR, "u.service: post-start check failed: AllowedCPUs not enforced"),
         KillUnit(signal.SIGKILL),
         StartOutput(),
@@ -357,9 +357,9 @@ def test_zombie_never_rearms_its_stop_timer():
 
 def test_passed_post_start_check_lets_started_go_out():
     """A passed check releases the "started" response that waited for it."""
-    proc = new(["sh"], streams=("stdout",), expected_cpus="0")
+    proc = new(["sh"], streams=("stdout",), post_start_check=CHECK)
     replay(proc, "sigterm", until=1)
-    assert handle(proc, AllowedCpusChecked(None)) == []
+    assert handle(proc, ContainmentChecked(None)) == []
     actions = replay(proc, "sigterm", until=6)
     assert actions[:2] == [Respond({"type": "started", "pid": pid_of("sigterm")}), StartOutput()]
 
