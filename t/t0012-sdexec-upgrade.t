@@ -45,6 +45,15 @@ upgrade() {
 	flux exec -r all flux module reload $SDEXEC_MODULE &&
 	flux module load job-exec
 }
+# reattached N NAME...: job-exec has finished reattaching the gated jobs NAME... N times
+# (removing job-exec while it reattaches makes it fail the job itself: not our doing).
+reattached() {
+	_ra_n=$1
+	shift
+	for _ra_job in "$@"; do
+		wait_event $(cat $_ra_job.id) debug.exec-reattach-finish -c $_ra_n || return 1
+	done
+}
 # no_guard [INSTANCE]: no guard unit of handed-over units is loaded.
 no_guard() {
 	test -z "$(sdexec_list_units "sdexec-guard-*-${1:-$SDEXEC_INSTANCE}.service")"
@@ -104,7 +113,9 @@ test_expect_success 'two reloads in a row, a job ending while sdexec is unloaded
 	gated_job e 0 2 &&
 	gated_job f 1 4 &&
 	upgrade &&
+	reattached 1 e f &&
 	upgrade &&
+	reattached 2 e f &&
 	test $(logged 0 "left running for the next sdexec: shell-0-") -eq 2 &&
 	test $(logged 1 "left running for the next sdexec: shell-1-") -eq 2 &&
 	flux module remove job-exec &&
