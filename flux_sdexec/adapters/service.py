@@ -20,7 +20,7 @@ from flux_sdexec.adapters.mapper_client import MapperLookups
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.systemd import SystemdBridge
 from flux_sdexec.errors import RequestError, UnitError
-from flux_sdexec.events import UnitChanged, Unloading
+from flux_sdexec.events import StartFailed, UnitChanged, Unloading
 from flux_sdexec.lifecycle import UNLOADING_TEXT
 from flux_sdexec.machine import fail, handle
 from flux_sdexec.registry import Registry
@@ -93,12 +93,18 @@ class SdexecService:
         self.feed(p, UnitChanged(props))
 
     def _catch_up(self):
-        """After a reconnect: what every tracked unit is now."""
-        for p in self.registry:
+        """After a reconnect: what every tracked unit is now. A start the lost connection
+        left unanswered whose unit systemd does not know failed."""
+        for p in list(self.registry):
             try:
-                self._unit_changed(p.unit.name, self.bridge.get_unit_properties(p.unit.name))
+                props = self.bridge.get_unit_properties(p.unit.name)
             except UnitError as exc:
                 self.log.error(f"{p.unit.name}: {exc}")
+                continue
+            if p.state is ProcState.STARTING and props.get("LoadState") == "not-found":
+                self.feed(p, StartFailed(errno.ECONNRESET, "lost connection to systemd"))
+            else:
+                self._unit_changed(p.unit.name, props)
 
     def serve(self, msg, verb, func, remote_ok=False):
         """Run ``func(msg)`` for a request, turning any failure into one error response."""
