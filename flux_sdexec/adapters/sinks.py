@@ -28,8 +28,7 @@ def output_sink(responder, p, stream, rank, feed):
             nonlocal encoder
             if encoder is None:  # built at the first chunk: the pid is known by then
                 encoder = responses.OutputEncoder(stream, rank, p.pid)
-            text = encoder.data(chunk, eof) if chunk else encoder.eof()
-            responder.respond_raw(msg, text.encode())
+            responder.respond_raw(msg, encoder.data(chunk, eof) if chunk else encoder.eof())
 
         return stream_chunk
 
