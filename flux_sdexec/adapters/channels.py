@@ -64,10 +64,14 @@ class OutputChannel(_Socketpair):
         on_chunk: ``on_chunk(chunk, eof)`` for each chunk; ``chunk`` may be b"" with eof.
         on_closed: ``on_closed(stream)`` once, after the last chunk.
         log: the module's BrokerLogger.
+        flow: the ``outbox.Flow`` of its responses; reading pauses while it is over its bound.
     """
 
-    def __init__(self, watchers, stream, buffer, on_chunk, on_closed, log):
+    def __init__(self, watchers, stream, buffer, on_chunk, on_closed, log, flow=None):
         super().__init__(watchers, log)
+        if flow is not None:  # back-pressure: no reading while its responses are queued
+            flow.pause, flow.resume = self._pause, self._resume
+        self._paused = False
         self.stream = stream
         self.buffer = buffer
         self._on_chunk = on_chunk
@@ -81,6 +85,17 @@ class OutputChannel(_Socketpair):
             self._watcher = self._watchers.fd(
                 self.sock.fileno(), FLUX_POLLIN, self._read_once, self.stream
             )
+            if not self._paused:
+                self._watcher.start()
+
+    def _pause(self):
+        self._paused = True
+        if self._watcher is not None:
+            self._watcher.stop()
+
+    def _resume(self):
+        self._paused = False
+        if self._watcher is not None:
             self._watcher.start()
 
     def _read_once(self):

@@ -17,6 +17,7 @@ from flux_sdexec.adapters.messages import (
     payload_of,
     sender_of,
 )
+from flux_sdexec.adapters.outbox import Flow
 from flux_sdexec.adapters.sinks import output_sink
 from flux_sdexec.errors import RequestError
 from flux_sdexec.events import (
@@ -101,13 +102,15 @@ class Requests:
             p.in_.io = InputChannel(svc.watchers, svc.log, p.logname)
         for channel in p.outputs:
             if channel.used:
+                flow = Flow()
                 channel.io = OutputChannel(
                     svc.watchers,
                     channel.name,
                     OutputBuffer(req.line_buffer[channel.name], req.bufsize[channel.name]),
-                    output_sink(svc.responder, p, channel.name, str(svc.rank), svc.feed),
+                    output_sink(svc.responder, p, channel.name, str(svc.rank), svc.feed, flow),
                     lambda s, p=p: svc.feed(p, OutputClosed(s)),
                     svc.log,
+                    flow,
                 )
         return [c for c in (p.in_, *p.outputs) if c.io is not None]
 

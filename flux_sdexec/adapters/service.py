@@ -10,14 +10,16 @@ before a start), ``teardown`` (unload).
 
 import errno
 import json
+from functools import partial
 
 from flux_sdexec import unitstate
 from flux_sdexec.adapters import adopt, teardown
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.bus import BusWatcher
-from flux_sdexec.adapters.guard import Watchers
+from flux_sdexec.adapters.guard import Watchers, guarded
 from flux_sdexec.adapters.mapper_client import MapperLookups
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
+from flux_sdexec.adapters.outbox import Outbox
 from flux_sdexec.adapters.systemd import SystemdBridge
 from flux_sdexec.errors import RequestError, UnitError
 from flux_sdexec.events import StartFailed, UnitChanged, Unloading
@@ -50,7 +52,7 @@ class SdexecService:
         self.debug = debug
         self.registry = Registry()
         self.watchers = Watchers(handle, log)
-        self.responder = Responder(handle, log)
+        self.responder = Responder(handle, log, Outbox(handle, log, partial(guarded, log)))
         self.runner = ActionRunner(self)
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
@@ -138,3 +140,4 @@ class SdexecService:
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
         self.bridge.close()
+        self.responder.outbox.close()

@@ -14,7 +14,7 @@ The split (measured, see README "Performance"):
   instead of 2.3-2.7 ms) and ``on_reply(None or UnitError)`` runs from a later pump();
   each call has its own deadline (``expire()``, ETIMEDOUT). Without it the call blocks
   (teardown after the reactor stopped, tests).
-- Rare calls, on pystemd (a second connection, opened when first needed): listing units
+- Rare calls, on pystemd (systemd_rare.py, a second connection opened when needed): listing units
   (adoption, unload) and reading all properties of a unit (adoption, after a reconnect).
   They need a general D-Bus decoder, and they are not on a latency-critical path. A unit's
   signals and its GetAll answer then come over two connections: pump() before GetAll.
@@ -41,21 +41,17 @@ import errno
 import os
 import time
 
-from pystemd.dbusexc import DBusBaseError
-from pystemd.dbuslib import DBus, apply_signature
-
 from flux_sdexec.adapters import sdbus
 from flux_sdexec.adapters.sdbus import METHOD_ERROR, SIGNAL, ffi, lib
 from flux_sdexec.adapters.sdbus_append import append, append_all
 from flux_sdexec.adapters.sdbus_props import PropsDecoder
+from flux_sdexec.adapters.systemd_rare import RareCalls
 from flux_sdexec.errors import UnitError
 
 SYSTEMD = b"org.freedesktop.systemd1"
 MANAGER_PATH = b"/org/freedesktop/systemd1"
 MANAGER = b"org.freedesktop.systemd1.Manager"
-PROPERTIES = b"org.freedesktop.DBus.Properties"
 UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
-UNIT_INTERFACES = (b"org.freedesktop.systemd1.Unit", b"org.freedesktop.systemd1.Service")
 SIGNAL_MATCH = (
     b"type='signal',sender='org.freedesktop.systemd1',"
     b"interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'"
@@ -64,25 +60,10 @@ CALL_TIMEOUT_SEC = 25.0  # sd-bus's default for a blocking call
 LOST = "lost connection to systemd"
 
 
-def _decode(value):
-    """pystemd reply value -> plain Python: bytes become str, containers are rebuilt."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, (list, tuple)):
-        return type(value)(_decode(v) for v in value)
-    if isinstance(value, dict):
-        return {_decode(k): _decode(v) for k, v in value.items()}
-    return value
-
-
 def _error(code, text):
     if code in sdbus.DISCONNECTED:
         return UnitError(errno.ECONNRESET, LOST)
     return UnitError(code, text or os.strerror(code))
-
-
-def _pystemd_error(exc):
-    return _error(-exc.errno if exc.errno < 0 else errno.EINVAL, _decode(exc.err_message))
 
 
 class SystemdBridge:
@@ -97,7 +78,7 @@ class SystemdBridge:
         self._user_mode = user_mode
         self._bus = None
         self._lost = False
-        self._rare_bus = None  # pystemd, for the rare calls
+        self._rare = RareCalls(user_mode)
         self._watched = {}  # unit object path -> unit name
         self._pending = {}  # reply cookie -> (deadline, on_reply)
 
@@ -118,9 +99,7 @@ class SystemdBridge:
         if self._bus is not None:
             self._bus.close()
             self._bus = None
-        if self._rare_bus is not None:
-            self._rare_bus.close()
-            self._rare_bus = None
+        self._rare.close()
         self._pending.clear()
 
     def reconnect(self) -> None:
@@ -234,38 +213,17 @@ class SystemdBridge:
             raise UnitError(errno.ECONNRESET, LOST)
         return self._bus
 
-    # ---- the rare calls, on pystemd ----
+    # ---- the rare calls, on pystemd (systemd_rare.py) ----
 
     def get_unit_properties(self, unit: str) -> dict:
         """Unit and Service properties of the unit, merged and decoded.
 
         A unit that is not loaded is not an error: it answers LoadState "not-found".
         """
-        props = {}
-        for iface in UNIT_INTERFACES:
-            args = apply_signature(b"s", [iface])
-            path = sdbus.path_encode(UNIT_PREFIX, unit)
-            value = self._rare(path, PROPERTIES, b"GetAll", args)
-            props.update(_decode(value) if value else {})  # pystemd: an empty a{sv} is []
-        return props
+        self._connected()
+        return self._rare.get_unit_properties(sdbus.path_encode(UNIT_PREFIX, unit))
 
     def list_units(self, patterns: list[str]) -> list[tuple[str, str, str]]:
         """Loaded units matching the globs, as (name, ActiveState, SubState)."""
-        args = apply_signature(b"asas", [[], patterns])
-        units = _decode(self._rare(MANAGER_PATH, MANAGER, b"ListUnitsByPatterns", args) or [])
-        return [(u[0], u[3], u[4]) for u in units]
-
-    def _rare(self, path, iface, method, args):
         self._connected()
-        try:
-            if self._rare_bus is None:
-                bus = DBus(user_mode=self._user_mode)
-                bus.open()
-                self._rare_bus = bus
-            return self._rare_bus.call_method(SYSTEMD, path, iface, method, args).body
-        except DBusBaseError as exc:
-            error = _pystemd_error(exc)
-            if error.errno == errno.ECONNRESET and self._rare_bus is not None:
-                self._rare_bus.close()  # opened again by the next rare call
-                self._rare_bus = None
-            raise error from exc
+        return self._rare.list_units(patterns)

@@ -1,0 +1,108 @@
+"""Responses sent without blocking the reactor, in order, with back-pressure.
+
+``flux_respond`` blocks while the socket to the broker is full. ``Outbox`` sends
+with FLUX_O_NONBLOCK instead; what the socket does not take waits in one FIFO (so
+responses keep their order) until a handle watcher says the handle is writable.
+A ``Flow`` counts the queued bytes of one output stream: above its bound the
+stream's reader is paused, and it resumes once half of that has gone out, so a
+fast writer can neither stall the module nor grow its memory without limit.
+"""
+
+import errno
+from collections import deque
+
+from flux.core.inner import ffi, lib, raw
+from flux.core.watchers import Watcher
+
+FLOW_BOUND = 1 << 20  # queued output bytes of one stream before its reader pauses
+
+
+class Flow:
+    """The queued responses of one output stream; ``pause``/``resume`` are set by its reader."""
+
+    __slots__ = ("queued", "bound", "paused", "pause", "resume")
+
+    def __init__(self, bound=FLOW_BOUND):
+        self.queued = 0
+        self.bound = bound
+        self.paused = False
+        self.pause = self.resume = lambda: None
+
+    def add(self, n):
+        self.queued += n
+        if not self.paused and self.queued > self.bound:
+            self.paused = True
+            self.pause()
+
+    def sent(self, n):
+        self.queued -= n
+        if self.paused and self.queued <= self.bound // 2:
+            self.paused = False
+            self.resume()
+
+
+class _HandleWatcher(Watcher):
+    """A flux handle watcher (flux's Python bindings have none); calls ``func()``."""
+
+    def __init__(self, h, events, func):
+        self.callback = lambda *args: func()
+        self.args = None
+        self.wargs = ffi.new_handle(self)
+        reactor = raw.flux_get_reactor(h)
+        w = raw.flux_handle_watcher_create(
+            reactor, h, events, lib.timeout_handler_wrapper, self.wargs
+        )
+        super().__init__(h, w)
+
+
+class Outbox:
+    """Sends response messages on handle ``h``; ``log``: the module's BrokerLogger.
+
+    ``guard(what, func)`` wraps the watcher callback (``guard.guarded``).
+    """
+
+    def __init__(self, h, log, guard):
+        self._h = h
+        self._log = log
+        self._queue = deque()  # (flux_msg_t *, Flow or None, size)
+        self._watcher = _HandleWatcher(h, lib.FLUX_POLLOUT, guard("outbox", self._flush))
+
+    def send(self, resp, flow=None, size=0):
+        """Send (or queue) response ``resp``, a flux_msg_t * that the outbox now owns."""
+        if not self._queue and self._try(resp):
+            return
+        self._queue.append((resp, flow, size))
+        if flow is not None:
+            flow.add(size)
+        if len(self._queue) == 1:
+            self._watcher.start()
+
+    def _try(self, resp):
+        """True when ``resp`` is gone (sent, or failed for good and logged)."""
+        if lib.flux_send(self._h.handle, resp, lib.FLUX_O_NONBLOCK) < 0:
+            code = ffi.errno
+            if code in (errno.EAGAIN, errno.EWOULDBLOCK):
+                return False
+            self._log.error(f"error sending a response: {errno.errorcode.get(code, code)}")
+        lib.flux_msg_destroy(resp)
+        return True
+
+    def _flush(self):
+        while self._queue:
+            resp, flow, size = self._queue[0]
+            if not self._try(resp):
+                return
+            self._queue.popleft()
+            if flow is not None:
+                flow.sent(size)
+        self._watcher.stop()
+
+    def close(self):
+        """Send what is still queued, blocking (at unload), and stop watching."""
+        self._watcher.stop()
+        while self._queue:
+            resp, _, _ = self._queue.popleft()
+            if lib.flux_send(self._h.handle, resp, 0) < 0:
+                self._log.error("error sending a response at unload")
+            lib.flux_msg_destroy(resp)
+        self._watcher.destroy()
