@@ -1,8 +1,9 @@
 """Responses sent without blocking the reactor, in order, with back-pressure.
 
 ``flux_respond`` blocks while the socket to the broker is full. ``Outbox`` sends
-with FLUX_O_NONBLOCK instead; what the socket does not take waits in one FIFO (so
-responses keep their order) until a handle watcher says the handle is writable.
+with FLUX_O_NONBLOCK instead; once the socket refuses one (which is then finished,
+see Outbox), the responses after it wait in one FIFO (so they keep their order)
+until a handle watcher says the handle is writable.
 A ``Flow`` counts the queued bytes of one output stream: above its bound the
 stream's reader is paused, and it resumes once half of that has gone out, so a
 fast writer can neither stall the module nor grow its memory without limit.
@@ -59,43 +60,53 @@ class Outbox:
     """Sends response messages on handle ``h``; ``log``: the module's BrokerLogger.
 
     ``guard(what, func)`` wraps the watcher callback (``guard.guarded``).
+
+    A send that the socket refuses may have been partly written, and the connector keeps
+    the rest for the next flux_send on the handle, whoever makes it (a log record, another
+    module call): it would go out in place of that message. So a refused response is
+    finished at once, blocking for the rest of this one message only, and the responses
+    after it wait in the queue until the handle is writable again.
     """
 
     def __init__(self, h, log, guard):
         self._h = h
         self._log = log
         self._queue = deque()  # (flux_msg_t *, Flow or None, size)
+        self._congested = False
         self._watcher = _HandleWatcher(h, lib.FLUX_POLLOUT, guard("outbox", self._flush))
 
     def send(self, resp, flow=None, size=0):
         """Send (or queue) response ``resp``, a flux_msg_t * that the outbox now owns."""
-        if not self._queue and self._try(resp):
+        if not self._congested:
+            self._send(resp)
             return
         self._queue.append((resp, flow, size))
         if flow is not None:
             flow.add(size)
-        if len(self._queue) == 1:
-            self._watcher.start()
 
-    def _try(self, resp):
-        """True when ``resp`` is gone (sent, or failed for good and logged)."""
-        if lib.flux_send(self._h.handle, resp, lib.FLUX_O_NONBLOCK) < 0:
+    def _send(self, resp):
+        """Send ``resp`` without waiting if the socket takes it; else finish it and wait
+        for the handle to be writable before the next one."""
+        h = self._h.handle
+        if lib.flux_send(h, resp, lib.FLUX_O_NONBLOCK) < 0:
             code = ffi.errno
             if code in (errno.EAGAIN, errno.EWOULDBLOCK):
-                return False
-            self._log.error(f"error sending a response: {errno.errorcode.get(code, code)}")
+                self._congested = True
+                self._watcher.start()
+                code = 0 if lib.flux_send(h, resp, 0) == 0 else ffi.errno
+            if code:
+                self._log.error(f"error sending a response: {errno.errorcode.get(code, code)}")
         lib.flux_msg_destroy(resp)
-        return True
 
     def _flush(self):
-        while self._queue:
-            resp, flow, size = self._queue[0]
-            if not self._try(resp):
-                return
-            self._queue.popleft()
+        self._congested = False
+        while self._queue and not self._congested:
+            resp, flow, size = self._queue.popleft()
+            self._send(resp)
             if flow is not None:
                 flow.sent(size)
-        self._watcher.stop()
+        if not self._congested:
+            self._watcher.stop()
 
     def close(self):
         """Send what is still queued, blocking (at unload), and stop watching."""
