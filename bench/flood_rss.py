@@ -27,7 +27,7 @@ def rss_kb(pid):
 
 
 def module_pid(broker_pid, module_file):
-    """The process under the broker whose command line names the module file."""
+    """The module loader process (flux-module-python-exec) under the broker running the file."""
     for d in glob.glob("/proc/[0-9]*"):
         try:
             with open(f"{d}/stat") as f:
@@ -36,8 +36,10 @@ def module_pid(broker_pid, module_file):
                 cmd = f.read()
         except OSError:
             continue
-        if ppid == broker_pid and os.path.basename(module_file).encode() in cmd:
-            return int(d.rsplit("/", 1)[1])
+        args = cmd.split(b"\0")
+        if ppid == broker_pid and any(a.endswith(b"flux-module-python-exec.py") for a in args):
+            if os.path.basename(module_file).encode() in cmd:
+                return int(d.rsplit("/", 1)[1])
     raise SystemExit(f"no process of {module_file} under broker {broker_pid}")
 
 

@@ -71,6 +71,7 @@ class OutputChannel(_Socketpair):
         super().__init__(watchers, log)
         if flow is not None:  # back-pressure: no reading while its responses are queued
             flow.pause, flow.resume = self._pause, self._resume
+        self._flow = flow
         self._paused = False
         self.stream = stream
         self.buffer = buffer
@@ -101,7 +102,8 @@ class OutputChannel(_Socketpair):
     def _read_once(self):
         """One read; False when nothing more can be read now."""
         try:
-            size = self._read_size
+            # while responses wait, small reads: one read of short lines is many messages
+            size = READ_MIN if self._flow is not None and self._flow.count else self._read_size
             data = self.sock.recv(min(self.buffer.free, size) or 1)
         except BlockingIOError:
             return False

@@ -4,9 +4,10 @@
 with FLUX_O_NONBLOCK instead; once the socket refuses one (which is then finished,
 see Outbox), the responses after it wait in one FIFO (so they keep their order)
 until a handle watcher says the handle is writable.
-A ``Flow`` counts the queued bytes of one output stream: above its bound the
-stream's reader is paused, and it resumes once half of that has gone out, so a
-fast writer can neither stall the module nor grow its memory without limit.
+A ``Flow`` counts the queued bytes and messages of one output stream: above its
+bounds the stream's reader is paused (and reads little while anything is queued),
+and it resumes once half of that has gone out, so a fast writer can neither stall
+the module nor grow its memory without limit.
 """
 
 import errno
@@ -16,28 +17,32 @@ from flux.core.inner import ffi, lib, raw
 from flux.core.watchers import Watcher
 
 FLOW_BOUND = 1 << 20  # queued output bytes of one stream before its reader pauses
+FLOW_MESSAGES = 4096  # ... or queued messages (short lines cost more per byte)
 
 
 class Flow:
     """The queued responses of one output stream; ``pause``/``resume`` are set by its reader."""
 
-    __slots__ = ("queued", "bound", "paused", "pause", "resume")
+    __slots__ = ("queued", "count", "bound", "paused", "pause", "resume")
 
     def __init__(self, bound=FLOW_BOUND):
-        self.queued = 0
+        self.queued = 0  # bytes
+        self.count = 0  # messages
         self.bound = bound
         self.paused = False
         self.pause = self.resume = lambda: None
 
     def add(self, n):
         self.queued += n
-        if not self.paused and self.queued > self.bound:
+        self.count += 1
+        if not self.paused and (self.queued > self.bound or self.count > FLOW_MESSAGES):
             self.paused = True
             self.pause()
 
     def sent(self, n):
         self.queued -= n
-        if self.paused and self.queued <= self.bound // 2:
+        self.count -= 1
+        if self.paused and self.queued <= self.bound // 2 and self.count <= FLOW_MESSAGES // 2:
             self.paused = False
             self.resume()
 
