@@ -10,7 +10,7 @@ export PYTHON FLUX_CORE_TARBALL
 
 DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sharness perl procps \
 	libhwloc15 hwloc-nox
-PIP_DEPS := pytest pystemd cffi
+PIP_DEPS := pytest pystemd cffi vermin
 
 .PHONY: check check-unit check-systemd check-flux check-upstream deps flux-core install demo lint
 

@@ -79,7 +79,10 @@ class WaiterGone:
 
 @dataclass(frozen=True)
 class Unloading:
-    """The module is unloading: answer what is owed, stop the unit."""
+    """The module is unloading: answer what is owed, then stop the unit, or with
+    ``keep`` leave it running for the next sdexec to adopt (see handoff.py)."""
+
+    keep: bool = False
 
 
 # ---- actions ----

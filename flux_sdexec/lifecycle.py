@@ -193,7 +193,11 @@ def unloading(p, event, out):
     if p.waiter is not None:
         out.append(AnswerWait(p.waiter, error=(errno.ENOSYS, UNLOADING_TEXT)))
         p.waiter = None
-    out += p.forget()  # the adapter sees the stop through within a grace period
+    if event.keep:  # handed over to the next sdexec (handoff.py): it adopts the unit
+        what = f"{p.unit.name} ({p.unit.state}, pid {p.pid})"
+        out.append(Log(syslog.LOG_INFO, f"left running for the next sdexec: {what}"))
+    else:
+        out += p.forget()  # the adapter sees the stop through within a grace period
     return S.DONE
 
 

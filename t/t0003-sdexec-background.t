@@ -290,13 +290,20 @@ test_expect_success 'module remove answers a running client and a parked waiter'
 	grep "unloading" fg.err &&
 	grep "^error: .*unloading" unload.out
 '
-test_expect_success 'their units are stopped' '
+# The instance keeps running, so the waitable unit is left for the next sdexec
+# (the upgrade procedure, t0012); the foreground one stops with its client.
+test_expect_success 'the foreground unit is stopped, the waitable one left running' '
 	sdexec_wait_unit_gone $fg &&
-	sdexec_wait_unit_gone $(unit unload 1)
+	sdexec_unit_is $(unit unload 1) active &&
+	flux exec -r 1 flux dmesg >unload.dmesg &&
+	grep "left running for the next sdexec: $(unit unload 1) (active.running" unload.dmesg
 '
-test_expect_success 'load sdexec again on rank 1' '
+test_expect_success 'load sdexec again on rank 1: it adopts the unit, which can be collected' '
 	flux exec -r 1 flux module load $SDEXEC_MODULE &&
-	$sdexec -r 1 true
+	$sdexec -r 1 true &&
+	$sproc_kill -r 1 9 unload &&
+	test_expect_code 137 $sproc_wait -r 1 unload &&
+	sdexec_wait_unit_gone $(unit unload 1)
 '
 # StopUnit only starts a stop: a unit whose process ignores SIGTERM ends
 # "failed" after systemd SIGKILLs it (TimeoutStopUSec). Unload must still see
@@ -305,7 +312,7 @@ test_expect_success 'load sdexec again on rank 1' '
 test_expect_success 'module remove leaves no unit of a TERM-ignoring process' '
 	u=$(unit stubborn 1) &&
 	test_when_finished "kill_unit $u; flux exec -r 1 flux module load $SDEXEC_MODULE" &&
-	$sdexec -r 1 --bg --waitable --label=stubborn \
+	$sdexec -r 1 --bg --label=stubborn \
 		--setopt=SDEXEC_PROP_TimeoutStopUSec=1000000 \
 		sh -c "trap \"\" TERM; exec sleep 120" &&
 	flux exec -r 1 flux module remove sdexec &&

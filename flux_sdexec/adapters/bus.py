@@ -14,7 +14,7 @@ import time
 
 from flux.constants import FLUX_POLLIN, FLUX_POLLOUT
 
-from flux_sdexec.adapters.guard import guarded
+from flux_sdexec.adapters.watchers import guarded
 from flux_sdexec.errors import UnitError
 
 RETRY_SEC = 1.0
@@ -23,7 +23,7 @@ RETRY_SEC = 1.0
 class BusWatcher:
     """Args:
     bridge: the open SystemdBridge.
-    watchers: a ``guard.Watchers``.
+    watchers: a ``watchers.Watchers``.
     log: the module's BrokerLogger.
     on_reconnected: called after a reconnect, to re-read every tracked unit.
     """

@@ -58,7 +58,7 @@ class OutputChannel(_Socketpair):
     """Our end of one output socketpair.
 
     Args:
-        watchers: the ``guard.Watchers`` that make the (guarded) fd watcher.
+        watchers: the ``watchers.Watchers`` that make the (guarded) fd watcher.
         stream: ``stdout`` or ``stderr``.
         buffer: the OutputBuffer of the stream.
         on_chunk: ``on_chunk(chunk, eof)`` for each chunk; ``chunk`` may be b"" with eof.

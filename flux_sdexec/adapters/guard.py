@@ -1,42 +1,36 @@
-"""One guard around every reactor callback.
+"""Starting and stopping the guard unit of handed-over units (see handoff.py).
 
-flux's watcher trampolines stop the reactor with an error when a callback
-raises, which would end the module. Every fd, timer and signal watcher the
-adapters create comes from ``Watchers``, whose callbacks log an exception and
-return. With ``serve()`` (request handlers) this is the package's only broad
-``except``.
+The guard is one small transient unit per rank: the unload that hands units
+over starts it, the next sdexec stops it at load (it then tracks the units).
 """
 
+import os
 
-def guarded(log, what, func):
-    """``func`` as a watcher callback that logs what it raises instead of raising."""
+from flux_sdexec import handoff
+from flux_sdexec.adapters import teardown
+from flux_sdexec.errors import UnitError
 
-    def callback(*args):
-        try:
-            func(*args)
-        except Exception as exc:
-            log.error(f"{what}: {exc!r}")
-
-    return callback
+_PASSED_ENV = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")  # what systemctl --user needs
 
 
-class Watchers:
-    """Creates guarded flux watchers (not started) on one handle."""
+def start(bridge, log, name, broker_pid, units):
+    """Start guard ``name`` for ``units``; a failure is logged (the units stay)."""
+    argv = handoff.guard_command(broker_pid, units)
+    env = [f"{k}={os.environ[k]}" for k in _PASSED_ENV if k in os.environ]
+    props = [
+        ("ExecStart", "a(sasb)", [(argv[0], argv, False)]),
+        ("Environment", "as", env),
+        ("Type", "s", "exec"),
+        ("CollectMode", "s", "inactive-or-failed"),
+    ]
+    try:
+        bridge.start_transient_unit(name, props)
+    except UnitError as exc:
+        log.error(f"{name}: cannot start ({exc}): stop the units left running by hand")
 
-    def __init__(self, handle, log):
-        self._h = handle
-        self._log = log
 
-    def fd(self, fd, events, func, what):
-        """An fd watcher calling ``func()`` when ``fd`` has ``events``."""
-        return self._h.fd_watcher_create(
-            fd, guarded(self._log, what, lambda *args: func()), events=events
-        )
-
-    def timer(self, after, func, what):
-        """A one-shot timer calling ``func()`` after ``after`` seconds (re-arm with reset)."""
-        return self._h.timer_watcher_create(after, guarded(self._log, what, lambda *args: func()))
-
-    def signal(self, signum, func, what):
-        """A signal watcher calling ``func()`` on ``signum``."""
-        return self._h.signal_watcher_create(signum, guarded(self._log, what, lambda *args: func()))
+def stop(bridge, log, name):
+    """Stop a predecessor's guard, if there is one, and see it gone."""
+    if bridge.list_units([name]):
+        teardown.quietly(log, bridge.stop_unit, name)
+        teardown.see_units_gone(bridge, log, [name])

@@ -10,7 +10,7 @@ import errno
 import json
 
 from flux_sdexec import containment
-from flux_sdexec.adapters.guard import guarded
+from flux_sdexec.adapters.watchers import guarded
 from flux_sdexec.errors import RequestError
 
 DISCONNECT_TEXT = "client disconnected before the unit was started"

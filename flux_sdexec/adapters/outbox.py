@@ -64,7 +64,7 @@ class _HandleWatcher(Watcher):
 class Outbox:
     """Sends response messages on handle ``h``; ``log``: the module's BrokerLogger.
 
-    ``guard(what, func)`` wraps the watcher callback (``guard.guarded``).
+    ``guard(what, func)`` wraps the watcher callback (``watchers.guarded``).
 
     A send that the socket refuses may have been partly written, and the connector keeps
     the rest for the next flux_send on the handle, whoever makes it (a log record, another

@@ -12,11 +12,11 @@ import errno
 import json
 from functools import partial
 
-from flux_sdexec import unitstate
-from flux_sdexec.adapters import adopt, teardown
+from flux_sdexec import handoff, unitstate
+from flux_sdexec.adapters import adopt, guard, teardown
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.bus import BusWatcher
-from flux_sdexec.adapters.guard import Watchers, guarded
+from flux_sdexec.adapters.watchers import Watchers, guarded
 from flux_sdexec.adapters.mapper_client import MapperLookups
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.outbox import Outbox
@@ -41,15 +41,30 @@ class SdexecService:
         local_uri: the broker's ``local-uri`` (FLUX_URI of every unit).
         namer: a ``naming.UnitNamer``.
         debug: ``[systemd] sdexec-debug``.
+        unload_policy: ``[systemd] sdexec-unload``.
+        broker_pid: the broker's pid, watched by the guard of handed-over units.
     """
 
-    def __init__(self, handle, log, rank, local_uri, namer, debug=False):
+    def __init__(
+        self,
+        handle,
+        log,
+        rank,
+        local_uri,
+        namer,
+        debug=False,
+        unload_policy=handoff.KEEP_WAITABLE,
+        broker_pid=None,
+    ):
         self.h = handle
         self.log = log
         self.rank = rank
         self.local_uri = local_uri
         self.namer = namer
         self.debug = debug
+        self.unload_policy = unload_policy
+        self.broker_pid = broker_pid
+        self.guard = handoff.guard_unit(namer.instance, rank)
         self.registry = Registry()
         self.watchers = Watchers(handle, log)
         self.responder = Responder(handle, log, Outbox(handle, log, partial(guarded, log)))
@@ -66,6 +81,7 @@ class SdexecService:
             sender_of,
             lambda: self.debug,
         )
+        guard.stop(self.bridge, self.log, self.guard)
         adopt.adopt_leftovers(self)
         self.bus.pump()
 
@@ -129,13 +145,25 @@ class SdexecService:
             raise RequestError(errno.ESRCH, f"{verb} {target} not found")
         return p
 
-    def unload(self):
-        """Answer what is owed with ENOSYS and stop every unit still running."""
+    def unload(self, broker_state):
+        """Answer what is owed with ENOSYS and stop every unit still running, except
+        those handed over to the next sdexec (``handoff.units_to_keep``).
+
+        Args:
+            broker_state: the local broker's state-machine state, None when unknown.
+        """
+        keep = handoff.units_to_keep(self.registry, self.unload_policy, broker_state)
+        if not handoff.instance_stays(self.unload_policy, broker_state) and len(self.registry):
+            self.log.info(
+                f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
+            )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
-        units = [p.unit.name for p in self.registry if not p.unit.gone]
+        units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
         for p in self.registry:
-            self.feed(p, Unloading())
+            self.feed(p, Unloading(keep=p.unit.name in keep))
         try:
+            if keep and self.broker_pid is not None:
+                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep)
             teardown.see_units_gone(self.bridge, self.log, units)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")

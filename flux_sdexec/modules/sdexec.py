@@ -27,9 +27,10 @@ if (_ROOT / "flux_sdexec" / "__init__.py").is_file():
 from flux.brokermod import BrokerModule, request_handler  # noqa: E402
 
 from flux_sdexec import config, naming  # noqa: E402
-from flux_sdexec.adapters.guard import guarded  # noqa: E402
+from flux_sdexec.adapters.brokerstate import broker_state  # noqa: E402
 from flux_sdexec.adapters.requests import Requests  # noqa: E402
 from flux_sdexec.adapters.service import SdexecService  # noqa: E402
+from flux_sdexec.adapters.watchers import guarded  # noqa: E402
 
 
 def _attr(handle, name, default=None):
@@ -47,8 +48,12 @@ class SdexecModule(BrokerModule):
         rank = h.get_rank()
         try:
             namer = naming.UnitNamer(self._instance(h, rank), rank, self._rank_suffix(h))
-            debug = config.sdexec_debug(h.conf_get() or {})
-            self.service = SdexecService(h, self.log, rank, h.attr_get("local-uri"), namer, debug)
+            conf = h.conf_get() or {}
+            debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
+            pid = _attr(h, "broker.pid")
+            self.service = SdexecService(
+                h, self.log, rank, h.attr_get("local-uri"), namer, debug, policy, pid
+            )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
             raise
@@ -75,7 +80,7 @@ class SdexecModule(BrokerModule):
         try:
             super().run()
         finally:
-            self.service.unload()
+            self.service.unload(broker_state(self.handle, self.log))
 
     @request_handler("exec")
     def exec_(self, msg):
@@ -116,5 +121,6 @@ class SdexecModule(BrokerModule):
             conf = None
         if not isinstance(conf, dict):
             raise OSError(errno.EPROTO, "Error unpacking config-reload request")
-        self.service.debug = config.sdexec_debug(conf)
+        debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
+        self.service.debug, self.service.unload_policy = debug, policy
         self.handle.respond(msg)

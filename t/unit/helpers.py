@@ -18,8 +18,9 @@ def new(
     expected_cpus=None,
     adopted=False,
     request="exec-request",
+    unit="u.service",
 ):
-    """An SdProc for unit u.service, as the exec handler (or adoption) makes it."""
+    """An SdProc for ``unit``, as the exec handler (or adoption) makes it."""
     cmd = ExecRequest(
         cmdline=list(cmdline),
         env={},
@@ -31,7 +32,7 @@ def new(
         stop_signal=stop_signal,
         expected_cpus=expected_cpus,
     )
-    return SdProc(None if adopted else request, cmd, "u.service", adopted=adopted)
+    return SdProc(None if adopted else request, cmd, unit, adopted=adopted)
 
 
 def feed(proc, *events):

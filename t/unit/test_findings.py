@@ -8,7 +8,7 @@ import errno
 import pathlib
 import re
 import subprocess
-import shutil
+import sys
 import syslog
 
 import pytest
@@ -28,7 +28,8 @@ from flux_sdexec.events import (
     UnitChanged,
     WaitRequested,
 )
-from flux_sdexec.machine import handle
+from flux_sdexec import table
+from flux_sdexec.machine import fail, handle
 from flux_sdexec.states import ProcState
 
 from helpers import feed, new
@@ -101,11 +102,11 @@ def test_disallowed_input_changes_nothing_and_fails_the_process_once():
 
 def test_setup_py_tells_the_true_minimum_python():
     """Finding 5: python_requires in setup.py is the minimum vermin finds for the code."""
-    if shutil.which("vermin") is None:
-        pytest.skip("vermin not installed (pip install vermin)")
+    pytest.importorskip("vermin", reason="vermin not installed (make deps)")
     declared = re.search(r'python_requires=">=([0-9.]+)"', (TOP / "setup.py").read_text())
+    run_vermin = "import sys, vermin; sys.argv[0] = 'vermin'; sys.exit(vermin.main())"
     out = subprocess.run(
-        ["vermin", "--no-tips", "--eval-annotations", "flux_sdexec"],
+        [sys.executable, "-c", run_vermin, "--no-tips", "--eval-annotations", "flux_sdexec"],
         cwd=TOP,
         capture_output=True,
         text=True,
@@ -113,3 +114,26 @@ def test_setup_py_tells_the_true_minimum_python():
     ).stdout
     found = re.search(r"Minimum required versions: ([0-9.]+)", out)
     assert found.group(1) == declared.group(1)
+
+
+def test_a_handler_that_raises_leaves_the_process_as_it_was(monkeypatch):
+    """Finding 3, the other half: handlers work on a draft, so a handler that fails after
+    changing fields changes nothing; the adapter then fails the process once (machine.fail)."""
+    proc = new(["sh"], streams=("stdout",))
+    feed(proc, *map(UnitChanged, RUNNING))
+    before = dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out))
+
+    def half_done(p, event, out):
+        p.error, p.out.eof = (errno.EIO, "half"), True
+        raise RuntimeError("bug")
+
+    targets, _ = table.TABLE[(ProcState.RUNNING, OutputClosed)]
+    monkeypatch.setitem(table.TABLE, (ProcState.RUNNING, OutputClosed), (targets, half_done))
+    with pytest.raises(RuntimeError):
+        handle(proc, OutputClosed("stdout"))
+    assert dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out)) == before
+    text = "internal error: OutputClosed: RuntimeError('bug') in state RUNNING"
+    assert fail(proc, "OutputClosed: RuntimeError('bug')")[:2] == [
+        Log(syslog.LOG_ERR, f"u.service: {text}"),
+        RespondError(errno.EINVAL, text),
+    ]

@@ -20,6 +20,7 @@ import os
 import random
 import signal
 
+from flux_sdexec import handoff
 from flux_sdexec.events import (
     AllowedCpusChecked,
     AnswerWait,
@@ -222,8 +223,9 @@ class Walk:
         self.feed(self.rng.choice([ClientGone(), StopTimerExpired(), Unloading()]))
 
     def unload(self):
+        """A clean unload; one that may hand the unit over does so half the time."""
         self.unloaded = True
-        self.feed(Unloading())
+        self.feed(Unloading(keep=handoff.keepable(self.p) and self.rng.random() < 0.5))
 
     def check(self):
         p = self.p

@@ -1,0 +1,181 @@
+"""Which units a clean unload hands to the next sdexec, and the site option that decides.
+
+Processes are driven by the PropertiesChanged sequences recorded in t/fixtures/.
+"""
+
+import errno
+import syslog
+
+import pytest
+
+from flux_sdexec import config, handoff
+from flux_sdexec.errors import RequestError
+from flux_sdexec.events import (
+    AnswerWait,
+    Log,
+    OutputClosed,
+    OutputDrained,
+    Reap,
+    StopUnit,
+    UnitChanged,
+    Unloading,
+    WaitRequested,
+)
+from flux_sdexec.machine import handle
+from flux_sdexec.states import ProcState
+
+from helpers import new
+from test_proc import pid_of, replay, until_failed, until_state
+
+UNLOADING = "sdexec module is unloading"
+
+
+def proc(unit, background=True, waitable=True):
+    return new(
+        ["/bin/sleep"],
+        unit=unit,
+        label=unit.split(":")[0],
+        background=background,
+        waitable=waitable,
+        streams=("stdout", "stderr"),
+    )
+
+
+def running(unit, **kw):
+    p = proc(unit, **kw)
+    replay(p, "sigterm", until=until_state("sigterm", "active"))
+    return p
+
+
+def test_only_started_waitable_processes_are_kept_while_the_instance_runs():
+    """keep-waitable in state run: a running and an exited waitable process are kept; a
+    foreground, a non-waitable, a not yet started and a collected one are not."""
+    kept_running = running("run:t1.service")
+    zombie = proc("zombie:t1.service")
+    replay(zombie, "exit-1", until=until_failed("exit-1"))
+    assert zombie.state is ProcState.ZOMBIE
+    foreground = new(["/bin/sleep"], unit="fg:t1.service", streams=("stdout", "stderr"))
+    replay(foreground, "sigterm", until=until_state("sigterm", "active"))
+    detached = running("detached:t1.service", waitable=False)
+    starting = proc("starting:t1.service")
+    replay(starting, "sigterm", until=until_state("sigterm", "activating"))
+    collected = proc("collected:t1.service")
+    replay(collected, "exit-1", until=until_failed("exit-1"))
+    handle(collected, WaitRequested(object()))
+    handle(collected, OutputDrained())
+    assert collected.state is ProcState.RELEASING
+    procs = [kept_running, zombie, foreground, detached, starting, collected]
+    assert [p.state for p in procs] == [
+        ProcState.RUNNING,
+        ProcState.ZOMBIE,
+        ProcState.RUNNING,
+        ProcState.RUNNING,
+        ProcState.STARTING,
+        ProcState.RELEASING,
+    ]
+    assert handoff.units_to_keep(procs, handoff.KEEP_WAITABLE, "run") == {
+        "run:t1.service",
+        "zombie:t1.service",
+    }
+
+
+@pytest.mark.parametrize(
+    "policy, state",
+    [
+        (handoff.KEEP_WAITABLE, "cleanup"),
+        (handoff.KEEP_WAITABLE, "shutdown"),
+        (handoff.KEEP_WAITABLE, "finalize"),
+        (handoff.KEEP_WAITABLE, "init"),
+        (handoff.KEEP_WAITABLE, None),
+        (handoff.STOP_ALL, "run"),
+    ],
+)
+def test_nothing_is_kept_at_shutdown_unknown_state_or_stop_all(policy, state):
+    """Shutting down, a state the broker cannot tell, or stop-all: every unit stops."""
+    procs = [running("run:t1.service")]
+    assert not handoff.instance_stays(policy, state)
+    assert handoff.units_to_keep(procs, policy, state) == set()
+
+
+def test_a_gone_or_failed_process_is_not_kept():
+    """A waitable process whose unit systemd forgot, or that has an error stored, stops."""
+    gone = proc("gone:t1.service")
+    replay(gone, "exit-1", until=until_failed("exit-1"))
+    handle(gone, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
+    assert gone.unit.gone and gone.state is ProcState.ZOMBIE
+    failed = running("failed:t1.service")
+    failed.error = (errno.EIO, "post-start check failed")
+    assert handoff.units_to_keep([gone, failed], handoff.KEEP_WAITABLE, "run") == set()
+
+
+def test_a_kept_unit_is_logged_not_stopped_and_its_parked_wait_gets_enosys():
+    """Unloading(keep=True): ENOSYS to the parked wait, one log line, no StopUnit."""
+    p = running("run:t1.service")
+    waiter = object()
+    handle(p, WaitRequested(waiter))
+    pid = pid_of("sigterm")
+    assert handle(p, Unloading(keep=True)) == [
+        AnswerWait(waiter, error=(errno.ENOSYS, UNLOADING)),
+        Log(
+            syslog.LOG_INFO,
+            f"left running for the next sdexec: run:t1.service (active.running, pid {pid})",
+        ),
+        Reap(),
+    ]
+    assert p.state is ProcState.DONE
+
+
+def test_an_unkept_unit_is_still_stopped():
+    """Unloading() of the same process without keep stops its unit, as before."""
+    p = running("run:t1.service")
+    assert handle(p, Unloading()) == [StopUnit(), Reap()]
+
+
+def test_kept_zombie_is_logged_with_its_exited_state():
+    """An exited waitable process is handed over as it is: no ResetFailedUnit either."""
+    p = proc("zombie:t1.service")
+    replay(p, "exit-1", until=until_failed("exit-1"))
+    handle(p, OutputClosed("stdout"))
+    pid = pid_of("exit-1")
+    assert handle(p, Unloading(keep=True)) == [
+        Log(
+            syslog.LOG_INFO,
+            f"left running for the next sdexec: zombie:t1.service (failed.failed, pid {pid})",
+        ),
+        Reap(),
+    ]
+
+
+def test_sdexec_unload_option():
+    """[systemd] sdexec-unload: keep-waitable by default, stop-all accepted."""
+    assert config.sdexec_unload({}) == handoff.KEEP_WAITABLE
+    assert config.sdexec_unload({"systemd": {"enable": True}}) == handoff.KEEP_WAITABLE
+    assert config.sdexec_unload({"systemd": {"sdexec-unload": "stop-all"}}) == handoff.STOP_ALL
+    conf = {"systemd": {"sdexec-unload": "keep-waitable"}}
+    assert config.sdexec_unload(conf) == handoff.KEEP_WAITABLE
+
+
+@pytest.mark.parametrize("value", ["stop", "STOP-ALL", True, 1, ["stop-all"]])
+def test_bad_sdexec_unload_is_refused_naming_key_and_values(value):
+    """A bad value is EINVAL, naming the key, the allowed values and what was given."""
+    with pytest.raises(RequestError) as info:
+        config.sdexec_unload({"systemd": {"sdexec-unload": value}})
+    assert info.value.errno == errno.EINVAL
+    assert info.value.strerror == (
+        "error reading [systemd] config table: "
+        f'sdexec-unload must be "keep-waitable" or "stop-all", got {value!r}'
+    )
+
+
+def test_guard_unit_is_outside_every_instance_glob():
+    """The guard's name has no ':', so no sdexec's ``*:<instance>.service`` matches it."""
+    assert handoff.guard_unit("t3fd9999c", 0) == "sdexec-guard-0-t3fd9999c.service"
+    assert handoff.guard_unit("fA:fB", 3) == "sdexec-guard-3-fA_fB.service"
+
+
+def test_guard_command_waits_for_the_broker_then_stops_the_units():
+    """argv: sh -c SCRIPT with the broker pid and the units (sorted) as arguments."""
+    argv = handoff.guard_command("1234", {"b:t1.service", "a:t1.service"})
+    assert argv[:2] == ["/bin/sh", "-c"]
+    assert argv[3:] == ["sdexec-guard", "1234", "a:t1.service", "b:t1.service"]
+    assert 'kill -0 "$pid"' in argv[2] and 'systemctl --user stop "$@"' in argv[2]
