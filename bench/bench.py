@@ -5,32 +5,31 @@ Run by bench/compare.sh as the initial program of ``flux start --test-size=2``
 (FLUX_URI points at rank 0). For each module it loads the module on ranks 0
 and 1 (plus sdbus for the C module), measures
 
-  1. launch latency of ``flux exec --service sdexec -r 0 true``;
-  2. stdout throughput of ``flux exec --service sdexec -r 0 cat FILE``;
-  3. the module's CPU seconds (user+sys, /proc stat) during phases 1, 2 and 4;
-  4. a burst of N jobs (``[exec] service = "sdexec"`` must be configured),
+  1. launch latency of ``flux exec --service sdexec -r 0 true`` (p50/p90/p99);
+  2. stdout throughput of ``flux exec --service sdexec -r 0 cat FILE``, line mode and
+     raw mode (``stdout_LINE_BUFFER=false``);
+  3. the wall time of 32 and of 200 launches started at once;
+  4. a burst of N jobs (``[exec] service = "sdexec"`` must be configured);
+  5. the module's CPU seconds (user+sys, /proc stat) in each phase, and our module's RSS,
 
-then unloads it and prints a comparison table. Standard library only.
+then unloads it and prints a comparison table (``--json``: also the rows, for
+bench/chart.py). This file measures; procfs.py finds the module's tasks in /proc;
+report.py pools the rounds and formats. Standard library only.
 """
 
 import argparse
-import fnmatch
-import glob
 import hashlib
 import json
-import math
 import os
 import statistics
 import subprocess
 import sys
 import time
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from procfs import BenchError, Tasks, cpu_delta, host_note, locate, rss_kb
+from report import aggregate, details, percentile, summary, table
+
 DEVNULL = subprocess.DEVNULL
-
-
-class BenchError(Exception):
-    pass
 
 
 def log(text):
@@ -75,124 +74,7 @@ def rank_attrs(size):
     return attrs
 
 
-# ---- finding the module's task and reading its CPU time ----
-
-
-def cpu_seconds(stat_path):
-    """utime+stime of a /proc/<pid>/stat or /proc/<pid>/task/<tid>/stat, in seconds."""
-    with open(stat_path) as f:
-        text = f.read()
-    fields = text[text.rindex(")") + 2 :].split()  # fields from #3 (state) on
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # #14 utime, #15 stime
-
-
-def proc_ppid(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        text = f.read()
-    return int(text[text.rindex(")") + 2 :].split()[1])
-
-
-def proc_cmdline(pid):
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-
-
-def broker_threads(bpid, comm):
-    """Stat paths of the broker's threads whose comm (thread name) is ``comm``."""
-    found = []
-    for task in glob.glob(f"/proc/{bpid}/task/*"):
-        try:
-            with open(f"{task}/comm") as f:
-                if f.read().strip() == comm:
-                    found.append(f"{task}/stat")
-        except OSError:
-            pass
-    return found
-
-
-def module_children(bpid, needle):
-    """Pids of the broker's child processes whose command line mentions ``needle``."""
-    pids = []
-    for d in glob.glob("/proc/[0-9]*"):
-        pid = int(d.rsplit("/", 1)[1])
-        try:
-            if proc_ppid(pid) == bpid and any(needle in a for a in proc_cmdline(pid)):
-                pids.append(pid)
-        except (OSError, ValueError):
-            pass
-    return pids
-
-
-class Tasks:
-    """The CPU accounting targets of one module (on one rank, or merged)."""
-
-    def __init__(self):
-        self.module = []  # stat paths: the sdexec thread or process
-        self.sdbus = []  # stat paths: sdbus threads (C module only)
-        self.rexec = []  # stat paths: the broker's rexec thread (message channel of
-        #                  exec'd modules: it relays every message of a Python module)
-        self.server = []  # stat paths: broker processes, plus module processes
-        self.desc = []
-
-    def read(self):
-        return {k: sum(cpu_seconds(p) for p in getattr(self, k)) for k in CPU_KEYS}
-
-    def merge(self, other):
-        for k in CPU_KEYS + ("desc",):
-            getattr(self, k).extend(getattr(other, k))
-        return self
-
-
-CPU_KEYS = ("module", "sdbus", "rexec", "server")
-
-
-def cpu_delta(c0, c1):
-    return {k: c1[k] - c0[k] for k in c0}
-
-
-def locate(kind, module_path, broker_pids):
-    """Find where the module runs on each rank: a broker thread, or a child process.
-
-    Returns {rank: Tasks}.
-    """
-    found = {}
-    for rank, bpid in broker_pids.items():
-        tasks = found[rank] = Tasks()
-        tasks.server.append(f"/proc/{bpid}/stat")
-        children = [  # a module loader (flux-module-exec, flux-module-python-exec.py)
-            p for p in module_children(bpid, "flux-module-") if module_path in proc_cmdline(p)
-        ]
-        threads = broker_threads(bpid, "sdexec")
-        if children:
-            if len(children) != 1:
-                raise BenchError(f"rank {rank}: several sdexec processes: {children}")
-            pid = children[0]
-            tasks.module.append(f"/proc/{pid}/stat")
-            tasks.server.append(f"/proc/{pid}/stat")
-            argv = " ".join(os.path.basename(a) for a in proc_cmdline(pid)[1:])
-            tasks.desc.append(f"rank {rank}: process pid {pid} (child of broker {bpid}: {argv})")
-        elif len(threads) == 1:
-            tasks.module.append(threads[0])
-            tid = threads[0].split("/")[4]
-            tasks.desc.append(f"rank {rank}: thread 'sdexec' tid {tid} of broker pid {bpid}")
-        else:
-            raise BenchError(f"rank {rank}: cannot find the sdexec task (threads={threads})")
-        for name in ("sdbus", "rexec"):
-            for path in broker_threads(bpid, name):
-                getattr(tasks, name).append(path)
-                tasks.desc.append(
-                    f"rank {rank}: thread '{name}' tid {path.split('/')[4]} of broker pid {bpid}"
-                )
-    return found
-
-
 # ---- the measurements ----
-
-
-def percentile(values, q):
-    """Nearest-rank percentile."""
-    s = sorted(values)
-    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
 
 
 def exec_cmd(service, *cmd):
@@ -212,6 +94,7 @@ def measure_latency(tasks, runs, warmup, service="sdexec"):
     return {
         "median": statistics.median(times),
         "p90": percentile(times, 90),
+        "p99": percentile(times, 99),
         "min": min(times),
         "max": max(times),
         "times": times,
@@ -227,12 +110,16 @@ def file_digest(path):
     return h.hexdigest()
 
 
-def measure_cat(tasks, path, runs, expect_digest):
+def measure_cat(tasks, path, runs, expect_digest, raw=False):
+    """Throughput of ``cat path`` through the module, line mode or raw mode (one message
+    per read: ``stdout_LINE_BUFFER=false``)."""
     size = os.path.getsize(path)
+    cat = ["--setopt=stdout_LINE_BUFFER=false"] if raw else []
+    cat += ["cat", path]
     ok = None
     if expect_digest:  # one untimed run to check the output arrives complete and in order
         p = subprocess.run(
-            exec_cmd("sdexec", "cat", path),
+            exec_cmd("sdexec", *cat),
             stdin=DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -247,7 +134,7 @@ def measure_cat(tasks, path, runs, expect_digest):
     rates = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        run(exec_cmd("sdexec", "cat", path), timeout=120, stdout=DEVNULL)
+        run(exec_cmd("sdexec", *cat), timeout=120, stdout=DEVNULL)
         rates.append(size / 1e6 / (time.perf_counter() - t0))
     c1 = tasks.read()
     return {
@@ -255,6 +142,21 @@ def measure_cat(tasks, path, runs, expect_digest):
         "all": rates,
         "cpu": cpu_delta(c0, c1) if c0 else None,
         "verified": ok,
+    }
+
+
+def measure_concurrent(tasks, n):
+    """Wall time of ``n`` launches of ``true`` started at once, each its own client."""
+    c0 = tasks.read()
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(exec_cmd("sdexec", "true"), stdin=DEVNULL) for _ in range(n)]
+    rcs = [p.wait(timeout=120) for p in procs]
+    wall = time.perf_counter() - t0
+    return {
+        "n": n,
+        "wall": wall,
+        "failed": sum(1 for rc in rcs if rc),
+        "cpu": cpu_delta(c0, tasks.read()),
     }
 
 
@@ -361,16 +263,28 @@ def bench_module(kind, path, args, broker_pids, digest, round_no):
         res["lat"] = measure_latency(rank0, args.runs, args.warmup)
         log(f"{kind}: cat throughput ({'1 check + ' if digest else ''}{args.cat_runs} runs)")
         res["cat"] = measure_cat(rank0, args.file, args.cat_runs, digest)
+        log(f"{kind}: raw-mode cat throughput ({args.cat_runs} runs)")
+        res["cat_raw"] = measure_cat(rank0, args.file, args.cat_runs, None, raw=True)
+        for n in (32, 200):
+            log(f"{kind}: {n} concurrent launches")
+            res[f"conc{n}"] = measure_concurrent(rank0, n)
         log(f"{kind}: burst of {args.jobs} jobs")
         res["burst"] = measure_burst(tasks, args.jobs, args.burst_timeout)
+        # our module is a process of its own; the C module's memory is the broker's
+        res["rss_kb"] = rss_kb(int(rank0.module[0].split("/")[2])) if kind == "ours" else None
         if args.profile and kind in args.profile.split(",") and round_no == 1:
             res["profile"] = profile(args, rank0)
     finally:
         log(f"{kind}: unloading")
         unload_module(kind, ranks)
-    time.sleep(0.5)
-    after = list_units()
-    res["new_units"] = {u: s for u, s in after.items() if u not in units_before}
+    # units the module started must go: wait until none is left, at most 10 s
+    deadline = time.monotonic() + 10
+    while True:
+        after = list_units()
+        new = {u: s for u, s in after.items() if u not in units_before}
+        if not new or time.monotonic() > deadline:
+            break
+    res["new_units"] = new
     res["dmesg"] = dmesg_problems(ranks)
     return res
 
@@ -421,157 +335,6 @@ def profile(args, rank0):
     for fr, n in sorted(ours.items(), key=lambda kv: -kv[1])[:8]:
         lines.append(f"  {100 * n / total:5.1f}%  {fr}")
     return lines
-
-
-# ---- report ----
-
-
-def ratio(ours, c):
-    if not c:
-        return "n/a"
-    return f"{ours / c:.2f}"
-
-
-def aggregate(rounds, args):
-    """Pool the rounds of one module: latency samples and cat rates pooled, CPU per unit."""
-
-    def cpu(phase, per):
-        return {k: sum(r[phase]["cpu"][k] for r in rounds) / per for k in CPU_KEYS}
-
-    n = len(rounds)
-    times = [t for r in rounds for t in r["lat"]["times"]]
-    rates = [x for r in rounds for x in r["cat"]["all"]]
-    return {
-        "lat_median": statistics.median(times),
-        "lat_p90": percentile(times, 90),
-        "lat_cpu": cpu("lat", n * args.runs),
-        "cat_mbs": statistics.median(rates),
-        "cat_cpu": cpu("cat", n * args.cat_runs),
-        "jps": statistics.median([r["burst"]["jps"] for r in rounds]),
-        "burst_cpu": cpu("burst", n * args.jobs),
-        "nlat": len(times),
-        "ncat": len(rates),
-    }
-
-
-def table(c, o, args, baseline):
-    rows = []
-
-    def row(metric, cv, ov, fmt, better):
-        rows.append((metric, fmt.format(cv), fmt.format(ov), ratio(ov, cv), better))
-
-    def cpu_rows(key, what, scale, unit):
-        cc, oc = c[key], o[key]
-        f = "{:.2f}" if scale == 1 else "{:.1f}"
-        row(f"module CPU {unit} {what}", cc["module"] * scale, oc["module"] * scale, f, "lower")
-        row(
-            "  C: sdexec + sdbus threads",
-            (cc["module"] + cc["sdbus"]) * scale,
-            oc["module"] * scale,
-            f,
-            "lower",
-        )
-        row("  broker(s) + module process", cc["server"] * scale, oc["server"] * scale, f, "lower")
-
-    ms = 1000
-    row(
-        f"launch latency median (ms, n={c['nlat']})",
-        c["lat_median"] * ms,
-        o["lat_median"] * ms,
-        "{:.1f}",
-        "lower",
-    )
-    row("launch latency p90 (ms)", c["lat_p90"] * ms, o["lat_p90"] * ms, "{:.1f}", "lower")
-    cpu_rows("lat_cpu", "per launch", ms, "ms")
-    mb = os.path.getsize(args.file) / 1e6
-    row(
-        f"cat {mb:.0f} MB stdout (MB/s, median of {c['ncat']})",
-        c["cat_mbs"],
-        o["cat_mbs"],
-        "{:.2f}",
-        "higher",
-    )
-    cpu_rows("cat_cpu", "per cat run", 1, "s")
-    row(f"burst of {args.jobs} jobs (jobs/s)", c["jps"], o["jps"], "{:.1f}", "higher")
-    cpu_rows("burst_cpu", "per job (ranks 0+1)", ms, "ms")
-    w = max(len(r[0]) for r in rows)
-    out = [f"{'metric':<{w}}  {'C':>9}  {'ours':>9}  {'ours/C':>7}  better"]
-    out.append("-" * len(out[0]))
-    for r in rows:
-        out.append(f"{r[0]:<{w}}  {r[1]:>9}  {r[2]:>9}  {r[3]:>7}  {r[4]}")
-    out.append("")
-    out.append(
-        f"reference: flux exec -r 0 true via rexec (no sdexec): median "
-        f"{baseline['median'] * ms:.1f} ms, p90 {baseline['p90'] * ms:.1f} ms"
-    )
-    return "\n".join(out)
-
-
-def details(res):
-    out = [f"== {res['kind']} (round {res['round']}): {res['path']}"]
-    out += [f"   runs in: {d}" for d in res.get("where", [])]
-    lat, cat, b = res["lat"], res["cat"], res["burst"]
-    out.append(
-        f"   latency min/median/p90/max ms: {lat['min'] * 1e3:.1f}/{lat['median'] * 1e3:.1f}/"
-        f"{lat['p90'] * 1e3:.1f}/{lat['max'] * 1e3:.1f}"
-    )
-    verified = {True: "yes", False: "NO", None: "not checked this round"}[cat["verified"]]
-    out.append(
-        f"   cat MB/s: {', '.join(f'{r:.2f}' for r in cat['all'])}; "
-        f"output verified (sha256): {verified}"
-    )
-    out.append(
-        f"   burst: {b['jps']:.1f} jobs/s ({b['elapsed']:.2f}s), flux job wait --all "
-        f"rc={b['wait_rc']}, {b['counted']} jobs listed, not COMPLETED/0: {len(b['bad'])}"
-    )
-    for phase in ("lat", "cat", "burst"):
-        cpu = res[phase]["cpu"]
-        out.append(f"   CPU s in {phase:5}: " + ", ".join(f"{k} {cpu[k]:.2f}" for k in CPU_KEYS))
-    if b["wait_out"]:
-        out.append("   job wait said: " + b["wait_out"][:500].replace("\n", "\n      "))
-    for r in b["bad"][:5]:
-        out.append(f"      bad job: {' '.join(r)}")
-    out.append(
-        f"   *shell* units of these jobs left: {len(b['shell_units_ours'])}; "
-        f"*shell* units in the user manager: {len(b['shell_units_all'])}"
-    )
-    for u, s in list(b["shell_units_all"].items())[:5]:
-        out.append(f"      {u} {s}")
-    glob_ = res.get("glob")
-    new = res["new_units"]
-    if glob_:
-        mine = {u: s for u, s in new.items() if fnmatch.fnmatch(u, glob_)}
-        out.append(
-            f"   units new since load: {len(new)}, of which named like this module's "
-            f"({glob_}): {len(mine)}"
-        )
-        shown = list(mine.items())[:10]
-    else:
-        out.append(f"   units new since load (any owner): {len(new)}")
-        shown = list(new.items())[:10]
-    for u, s in shown:
-        out.append(f"      {u} {s}")
-    out.append(f"   flux dmesg warnings/errors (ranks 0,1): {len(res['dmesg'])}")
-    for line in res["dmesg"][:10]:
-        out.append(f"      {line}")
-    if res.get("profile"):
-        out.append("   profile of one extra cat run:")
-        out += ["      " + line for line in res["profile"]]
-    return "\n".join(out)
-
-
-def host_note():
-    with open("/proc/loadavg") as f:
-        load = " ".join(f.read().split()[:3])
-    brokers = 0
-    for d in glob.glob("/proc/[0-9]*"):
-        try:
-            args = proc_cmdline(int(d.rsplit("/", 1)[1]))
-        except (OSError, ValueError):
-            continue
-        if args and os.path.basename(args[0]) == "flux-broker":
-            brokers += 1
-    return f"{os.cpu_count()} CPUs, loadavg {load}, flux-broker processes on host: {brokers}"
 
 
 def main():
@@ -635,8 +398,9 @@ def main():
     for res in done:
         print(details(res))
     if args.json:
+        rows = summary(aggregate(results["C"], args), aggregate(results["ours"], args), args)
         with open(args.json, "w") as f:
-            json.dump({"baseline": baseline, **results}, f, indent=1, default=str)
+            json.dump({"summary": rows, "baseline": baseline, **results}, f, indent=1, default=str)
     failed = sorted(
         {
             r["kind"]

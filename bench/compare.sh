@@ -7,7 +7,8 @@
 #
 # Starts ONE `flux start --test-size=2` instance with [exec] service = "sdexec" and, for each
 # module in turn (C first), loads it on both ranks (plus sdbus for C), measures launch latency,
-# cat throughput, module CPU and a 200-job burst, unloads it, and prints a table.
+# cat throughput (line and raw mode), 32/200 concurrent launches, module CPU and RSS and a
+# 200-job burst, unloads it, and prints a table (bench/chart.py draws --json output).
 #
 # Environment: C_MODULE, PY_MODULE (module paths), BENCH_TIMEOUT (seconds for the whole
 # instance, default 330), FILE_MB (size of the cat file, default 20).

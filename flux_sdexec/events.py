@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class StartFailed:
+    """systemd refused StartTransientUnit (or did not answer it): the unit never started."""
+
+    errnum: int
+    text: str
+
+
+@dataclass(frozen=True)
 class UnitChanged:
     """systemd sent PropertiesChanged for the unit."""
 

@@ -129,6 +129,19 @@ def output_closed(p, event, out):
     return p.state
 
 
+def start_failed(p, event, out):
+    p.error = (event.errnum, event.text)
+    if p.owes_exec_response:
+        out.append(RespondError(event.errnum, event.text))
+    elif p.cmd.background:
+        out.append(Log(syslog.LOG_ERR, f"{p.unit.name}: start: {event.text}"))
+    if p.waiter is not None:
+        out.append(AnswerWait(p.waiter, error=p.error))
+        p.waiter = None
+    out.append(CloseChannels())
+    return S.DONE
+
+
 def post_start_checked(p, event, out):
     p.post_start_check = None
     if p.state is not S.STARTING or event.problem is None:

@@ -5,6 +5,7 @@ flux-core's sdexec (sdexec-protocol.md §2-4). Pure: stdlib only.
 """
 
 import base64
+import re
 from json.encoder import encode_basestring
 
 
@@ -45,27 +46,40 @@ def io_object(stream, rank, data, eof=False):
 
 
 class OutputEncoder:
-    """Builds ``output`` response payloads as JSON text for one stream (the hot path).
+    """Builds ``output`` response payloads as encoded JSON for one stream (the hot path).
 
-    Precomputes everything but the data so a line costs one string escape.
+    Precomputes everything but the data. A chunk of printable ASCII (with at most a final
+    newline) is spliced in as bytes, never decoded; anything else goes through the JSON
+    string escape. Both give the same bytes for the same chunk.
     """
 
     __slots__ = ("_head", "_eof_only")
 
     def __init__(self, stream, rank, pid):
-        self._head = f'{{"type":"output","pid":{pid},"io":{{"stream":"{stream}","rank":"{rank}"'
-        self._eof_only = self._head + ',"eof":true}}'
+        head = f'{{"type":"output","pid":{pid},"io":{{"stream":"{stream}","rank":"{rank}"'
+        self._head = head.encode()
+        self._eof_only = self._head + b',"eof":true}}'
 
     def data(self, chunk, eof=False):
-        """JSON text of an output message carrying ``chunk`` (bytes)."""
-        tail = ',"eof":true}}' if eof else "}}"
+        """Encoded JSON of an output message carrying ``chunk`` (bytes)."""
+        tail = b',"eof":true}}' if eof else b"}}"
+        if chunk[-1:] == b"\n":
+            body, newline = chunk[:-1], b"\\n"
+        else:
+            body, newline = chunk, b""
+        if body.isascii() and _PLAIN.fullmatch(body):
+            return b"".join((self._head, b',"data":"', body, newline, b'"', tail))
         try:
             text = chunk.decode()
         except UnicodeDecodeError:
-            b64 = base64.b64encode(chunk).decode()
-            return f'{self._head},"data":"{b64}","encoding":"base64"{tail}'
-        return f'{self._head},"data":{encode_basestring(text)}{tail}'
+            b64 = base64.b64encode(chunk)
+            return b"".join((self._head, b',"data":"', b64, b'","encoding":"base64"', tail))
+        return b"".join((self._head, b',"data":', encode_basestring(text).encode(), tail))
 
     def eof(self):
-        """JSON text of an EOF-only output message."""
+        """Encoded JSON of an EOF-only output message."""
         return self._eof_only
+
+
+# what needs no JSON escape: ASCII from space to ~ except the quote and the backslash
+_PLAIN = re.compile(rb"[ !#-\[\]-~]*")

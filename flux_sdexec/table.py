@@ -35,6 +35,7 @@ from flux_sdexec.events import (
     OutputChunk,
     OutputClosed,
     OutputDrained,
+    StartFailed,
     StopTimerExpired,
     UnitChanged,
     Unloading,
@@ -81,6 +82,8 @@ row([RELEASING], Phase.SETTLE, [RELEASING, DONE], h.settle)
 # ---- inputs (event-triggered) ----
 # what systemd says is recorded in every state; the phases above decide what it means
 row(LIVE, UnitChanged, [None], h.same)
+# systemd refused the start: answer the error, nothing of the unit is ours to let go
+row(ESCALATING, StartFailed, [DONE], h.start_failed)
 # background output is logged (and retained for a wait) until the channels close
 row(LIVE, OutputChunk, [None], h.output_chunk)
 row(LIVE, OutputClosed, [None], h.output_closed)

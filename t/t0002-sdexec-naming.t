@@ -209,6 +209,17 @@ test_expect_success 'SDEXEC_NAME is used verbatim' '
 	test_cmp verbatim.expected verbatim.out &&
 	sdexec_wait_unit_gone $name
 '
+test_expect_success 'a name systemd already has fails the exec with its EEXIST' '
+	name=foreign-$(echo $inst | cut -c2-).service &&
+	systemd-run --user --quiet --unit=$name sleep 300 &&
+	test_must_fail $sdexec -r 0 --setopt=SDEXEC_NAME=$name true 2>exists.err &&
+	test_debug "cat exists.err" &&
+	grep "Unit $name was already loaded" exists.err &&
+	systemctl --user is-active $name &&
+	systemctl --user stop $name &&
+	test "$($sproc_ps -r 0 -n -o "{label}")" = "" &&
+	$sdexec -r 0 true
+'
 test_expect_success 'no unit of this instance is left' '
 	sdexec_check_no_units
 '

@@ -98,14 +98,14 @@ class ActionRunner:
                 channel.io.close()
 
     def stop_unit(self, p, a):
-        self._systemd(p, "stop", self.svc.bridge.stop_unit, p.unit.name)
+        self.quietly(p, "stop", self.svc.bridge.stop_unit, p.unit.name)
 
     def reset_failed_unit(self, p, a):
-        self._systemd(p, "reset-failed", self.svc.bridge.reset_failed_unit, p.unit.name)
+        self.quietly(p, "reset-failed", self.svc.bridge.reset_failed_unit, p.unit.name)
 
     def kill_unit(self, p, a):
         what = f"kill main (signal {a.signum})"
-        self._systemd(p, what, self.svc.bridge.kill_unit, p.unit.name, a.signum)
+        self.quietly(p, what, self.svc.bridge.kill_unit, p.unit.name, a.signum)
 
     def arm_timer(self, p, a):
         if p.stop.io is None:
@@ -131,12 +131,21 @@ class ActionRunner:
             p.stop.io = None
         self.close_channels(p, a)
 
-    def _systemd(self, p, what, call, *args):
+    def quietly(self, p, what, call, *args):
+        """Send a systemd call for ``p`` without waiting; its error is only logged (at debug
+        level when the unit is gone or has nothing to act on)."""
         svc = self.svc
         if svc.debug:
             svc.log.debug(f"{what} {p.unit.name}")
+
+        def on_reply(exc):
+            if exc is not None:
+                quiet = p.unit.gone or exc.errno in (errno.ENOENT, errno.ESRCH)
+                level = syslog.LOG_DEBUG if quiet else syslog.LOG_ERR
+                svc.log(level, f"{what} {p.unit.name}: {exc}")
+
         try:
-            call(*args)
+            call(*args, on_reply=on_reply)
         except UnitError as exc:
-            quiet = p.unit.gone or exc.errno in (errno.ENOENT, errno.ESRCH)
-            svc.log(syslog.LOG_DEBUG if quiet else syslog.LOG_ERR, f"{what} {p.unit.name}: {exc}")
+            on_reply(exc)
+        svc.bus.sent()

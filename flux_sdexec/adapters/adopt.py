@@ -21,6 +21,7 @@ def adopt_leftovers(svc):
             continue  # another rank's (or a verbatim SDEXEC_NAME): not ours to touch
         props = {}
         try:
+            svc.bus.pump()  # signals read before the GetAll must not be applied after it
             props = svc.bridge.get_unit_properties(unit)
             if label is not None and svc.registry.has_label(label):
                 raise RequestError(errno.EEXIST, f"label {label} is already tracked")

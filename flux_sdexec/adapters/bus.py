@@ -1,14 +1,18 @@
-"""Watching the systemd bus on the reactor: pumping signals, reconnecting.
+"""Watching the systemd bus on the reactor: pumping signals and replies, reconnecting.
 
-``BusWatcher`` owns the fd watcher on the bridge's connection. ``pump()`` hands
-queued PropertiesChanged to their processes (call it after every systemd call:
-see adapters/systemd.py); a lost connection is re-opened, retried each second,
-and then ``on_reconnected()`` lets the service catch up on every unit.
+``BusWatcher`` owns the fd watchers on the bridge's connection (POLLIN always,
+POLLOUT while sd-bus has queued output) and the timer of the pending calls'
+deadlines. ``pump()`` hands queued PropertiesChanged to their processes and
+replies to their callers (call it after every blocking systemd call, see
+adapters/systemd.py; call ``sent()`` after a call sent without waiting). A lost
+connection is re-opened, retried each second, and then ``on_reconnected()`` lets
+the service catch up on every unit.
 """
 
 import errno
+import time
 
-from flux.constants import FLUX_POLLIN
+from flux.constants import FLUX_POLLIN, FLUX_POLLOUT
 
 from flux_sdexec.adapters.watchers import guarded
 from flux_sdexec.errors import UnitError
@@ -29,31 +33,68 @@ class BusWatcher:
         self._watchers = watchers
         self._log = log
         self._on_reconnected = on_reconnected
-        self._watcher = None
+        self._watcher = self._out = None
+        self._writing = False
         self._retry = None
+        self._deadline = None  # when the deadline timer fires, None when not armed
+        self._timer = watchers.timer(0, self._expire, "bus deadline")
         self._pumping = False
-        # called from the watcher and after every systemd call: never raises
+        # called from the watchers and after every systemd call: never raises
         self.pump = guarded(log, "bus", self._pump)
         self._watch()
 
     def _watch(self):
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher.destroy()
-        self._watcher = self._watchers.fd(self.bridge.fileno(), FLUX_POLLIN, self._pump, "bus")
+        for w in (self._watcher, self._out):
+            if w is not None:
+                w.stop()
+                w.destroy()
+        fd = self.bridge.fileno()
+        self._watcher = self._watchers.fd(fd, FLUX_POLLIN, self._pump, "bus")
         self._watcher.start()
+        self._out = self._watchers.fd(fd, FLUX_POLLOUT, self._pump, "bus out")
+        self._writing = False
+
+    def sent(self):
+        """A call went out without waiting: watch its deadline, and POLLOUT if sd-bus
+        could not write it all."""
+        deadline = self.bridge.next_deadline()
+        if deadline is not None and (self._deadline is None or deadline < self._deadline):
+            self._deadline = deadline
+            self._timer.reset(after=max(0.0, deadline - time.monotonic()))
+        writing = self.bridge.wants_write()
+        if writing != self._writing:
+            self._writing = writing
+            (self._out.start if writing else self._out.stop)()
+
+    def _expire(self):
+        self._deadline = None
+        self.bridge.expire()
+        self.sent()
 
     def _pump(self):
-        """Hand systemd's queued signals to their processes (not re-entrant)."""
+        """Hand systemd's queued signals and replies on (not re-entrant).
+
+        A callback that raises is logged and the pump goes on with the next message:
+        messages sd-bus already read would not make the fd readable again.
+        """
         if self._pumping:
             return
         self._pumping = True
         try:
-            self.bridge.pump()
-        except UnitError as exc:
-            if exc.errno != errno.ECONNRESET:
-                raise
-            self._reconnect()
+            while True:
+                try:
+                    self.bridge.pump()
+                    break
+                except UnitError as exc:
+                    if exc.errno == errno.ENOTCONN:
+                        raise  # closed: unloading
+                    if exc.errno == errno.ECONNRESET:
+                        self._reconnect()
+                        return
+                    self._log.error(f"bus: {exc}")
+                except Exception as exc:
+                    self._log.error(f"bus: {exc!r}")
+            self.sent()
         finally:
             self._pumping = False
 
@@ -61,6 +102,7 @@ class BusWatcher:
         """Open the bus again; retry each second until it works."""
         self._log.error("lost connection to systemd, reconnecting")
         self._watcher.stop()
+        self._out.stop()
         try:
             self.bridge.reconnect()
         except UnitError as exc:

@@ -11,7 +11,10 @@ import syslog
 
 from flux.constants import FLUX_POLLIN, FLUX_POLLOUT
 
-READ_MAX = 1 << 20  # most bytes taken from one socket per readable event
+# Python allocates the whole size asked of recv() first: a read sized to what may be
+# queued, not to the most that could ever be, saves ~20 µs per small read. The size
+# follows the reads between READ_MIN and what the socket can hold (its SO_SNDBUF).
+READ_MIN = 16 * 1024
 
 
 class _Socketpair:
@@ -61,14 +64,21 @@ class OutputChannel(_Socketpair):
         on_chunk: ``on_chunk(chunk, eof)`` for each chunk; ``chunk`` may be b"" with eof.
         on_closed: ``on_closed(stream)`` once, after the last chunk.
         log: the module's BrokerLogger.
+        flow: the ``outbox.Flow`` of its responses; reading pauses while it is over its bound.
     """
 
-    def __init__(self, watchers, stream, buffer, on_chunk, on_closed, log):
+    def __init__(self, watchers, stream, buffer, on_chunk, on_closed, log, flow=None):
         super().__init__(watchers, log)
+        if flow is not None:  # back-pressure: no reading while its responses are queued
+            flow.pause, flow.resume = self._pause, self._resume
+        self._flow = flow
+        self._paused = False
         self.stream = stream
         self.buffer = buffer
         self._on_chunk = on_chunk
         self._on_closed = on_closed
+        self._read_max = max(READ_MIN, self.remote.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+        self._read_size = READ_MIN
 
     def start(self):
         """Start reading (after "started", so output never precedes it)."""
@@ -76,12 +86,25 @@ class OutputChannel(_Socketpair):
             self._watcher = self._watchers.fd(
                 self.sock.fileno(), FLUX_POLLIN, self._read_once, self.stream
             )
+            if not self._paused:
+                self._watcher.start()
+
+    def _pause(self):
+        self._paused = True
+        if self._watcher is not None:
+            self._watcher.stop()
+
+    def _resume(self):
+        self._paused = False
+        if self._watcher is not None:
             self._watcher.start()
 
     def _read_once(self):
         """One read; False when nothing more can be read now."""
         try:
-            data = self.sock.recv(min(self.buffer.free, READ_MAX) or 1)
+            # while responses wait, small reads: one read of short lines is many messages
+            size = READ_MIN if self._flow is not None and self._flow.count else self._read_size
+            data = self.sock.recv(min(self.buffer.free, size) or 1)
         except BlockingIOError:
             return False
         except OSError as exc:
@@ -90,6 +113,10 @@ class OutputChannel(_Socketpair):
         if not data:
             self._eof()
             return False
+        if len(data) == size:
+            self._read_size = min(size * 2, self._read_max)
+        elif len(data) < size // 4 and size > READ_MIN:
+            self._read_size = size // 2
         for chunk in self.buffer.feed(data):
             self._on_chunk(chunk, False)
         return True

@@ -53,22 +53,30 @@ class Request:
 
 
 class Responder:
-    """Answers requests on one handle; a failure to send is logged."""
+    """Answers requests on one handle through an ``outbox.Outbox`` (never blocking); a
+    response that cannot be built is logged."""
 
-    def __init__(self, handle, log):
-        self._h = handle
+    def __init__(self, handle, log, outbox):
         self._log = log
+        self.outbox = outbox
 
     def respond(self, msg, payload=None):
-        text = json.dumps(payload).encode() if payload is not None else ffi.NULL
-        if lib.flux_respond(self._h.handle, msg.handle, text) < 0:
-            self._log.error(f"error responding to {msg.topic}")
+        self._send(msg, 0, json.dumps(payload).encode() if payload is not None else None)
 
-    def respond_raw(self, msg, text):
-        """Send an already encoded JSON payload (the output hot path)."""
-        lib.flux_respond(self._h.handle, msg.handle, text)
+    def respond_raw(self, msg, text, flow=None):
+        """Send an already encoded JSON payload (the output hot path), counted in ``flow``."""
+        self._send(msg, 0, text, flow)
 
     def respond_error(self, msg, errnum, text=None):
-        ctext = text.encode() if text else ffi.NULL
-        if lib.flux_respond_error(self._h.handle, msg.handle, errnum, ctext) < 0:
+        self._send(msg, errnum, text.encode() if text else None)
+
+    def _send(self, msg, errnum, text, flow=None):
+        if lib.flux_msg_is_noresponse(msg.handle):
+            return
+        resp = lib.flux_response_derive(msg.handle, errnum)
+        if resp == ffi.NULL or (text is not None and lib.flux_msg_set_string(resp, text) < 0):
             self._log.error(f"error responding to {msg.topic}")
+            if resp != ffi.NULL:
+                lib.flux_msg_destroy(resp)
+            return
+        self.outbox.send(resp, flow, len(text) if text else 0)

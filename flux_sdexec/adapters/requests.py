@@ -17,9 +17,16 @@ from flux_sdexec.adapters.messages import (
     payload_of,
     sender_of,
 )
+from flux_sdexec.adapters.outbox import Flow
 from flux_sdexec.adapters.sinks import output_sink
-from flux_sdexec.errors import RequestError, UnitError
-from flux_sdexec.events import ClientGone, OutputClosed, WaitRequested, WaiterGone
+from flux_sdexec.errors import RequestError
+from flux_sdexec.events import (
+    ClientGone,
+    OutputClosed,
+    StartFailed,
+    WaitRequested,
+    WaiterGone,
+)
 from flux_sdexec.linebuf import OutputBuffer
 from flux_sdexec.sdproc import SdProc
 
@@ -59,20 +66,33 @@ class Requests:
             p.watching = True
             if svc.debug:
                 svc.log.debug(f"start {unit}")
-            svc.bridge.start_transient_unit(unit, props)
+            svc.bridge.start_transient_unit(unit, props, lambda e: self._start_replied(p, e))
             p.start_sent = True
-        except BaseException as exc:
+        except BaseException:
             svc.bridge.unwatch(unit)
             svc.registry.remove(p)
             for channel in (p.in_, *p.outputs):
                 if channel.io is not None:
                     channel.io.close()
-            if isinstance(exc, UnitError) and exc.errno == errno.EROFS:
-                raise UnitError(errno.EINVAL, exc.strerror) from None  # unknown property
             raise
+        svc.bus.sent()
         for channel in channels:
-            channel.io.release_remote()
+            channel.io.release_remote()  # sd-bus holds its own copies since the append
         return unit
+
+    def _start_replied(self, p, error):
+        """systemd's answer to StartTransientUnit: an error fails the exec.
+
+        A start caught by a lost connection is left to the catch-up after the reconnect
+        (the unit may exist or not); one systemd did not answer in time is stopped too.
+        """
+        svc = self.svc
+        if error is None or error.errno == errno.ECONNRESET:
+            return
+        if error.errno == errno.ETIMEDOUT:
+            svc.runner.quietly(p, "stop", svc.bridge.stop_unit, p.unit.name)
+        code = errno.EINVAL if error.errno == errno.EROFS else error.errno  # unknown property
+        svc.feed(p, StartFailed(code, error.strerror))
 
     def _open_channels(self, p):
         """The socketpairs of the channels ``p`` uses, attached to its Channels."""
@@ -81,13 +101,15 @@ class Requests:
             p.in_.io = InputChannel(svc.watchers, svc.log, p.logname)
         for channel in p.outputs:
             if channel.used:
+                flow = Flow()
                 channel.io = OutputChannel(
                     svc.watchers,
                     channel.name,
                     OutputBuffer(req.line_buffer[channel.name], req.bufsize[channel.name]),
-                    output_sink(svc.responder, p, channel.name, str(svc.rank), svc.feed),
+                    output_sink(svc.responder, p, channel.name, str(svc.rank), svc.feed, flow),
                     lambda s, p=p: svc.feed(p, OutputClosed(s)),
                     svc.log,
+                    flow,
                 )
         return [c for c in (p.in_, *p.outputs) if c.io is not None]
 
@@ -118,8 +140,14 @@ class Requests:
         p = svc.find(pid, label, "kill")
         if svc.debug:
             svc.log.debug(f"kill main {p.unit.name} (signal {signum})")
-        svc.bridge.kill_unit(p.unit.name, signum)
-        svc.responder.respond(msg)
+        svc.bridge.kill_unit(p.unit.name, signum, on_reply=lambda e: self._killed(msg, e))
+        svc.bus.sent()
+
+    def _killed(self, msg, error):
+        if error is None:
+            self.svc.responder.respond(msg)
+        else:
+            self.svc.responder.respond_error(msg, error.errno, error.strerror)
 
     def wait(self, msg):
         """``sdexec.wait``: a waitable process's status, now or when it ends."""

@@ -10,17 +10,19 @@ before a start), ``teardown`` (unload).
 
 import errno
 import json
+from functools import partial
 
 from flux_sdexec import handoff, unitstate
 from flux_sdexec.adapters import adopt, cgroup, guard, teardown
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.bus import BusWatcher
-from flux_sdexec.adapters.watchers import Watchers
+from flux_sdexec.adapters.watchers import Watchers, guarded
 from flux_sdexec.adapters.mapper_client import MapperLookups
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
+from flux_sdexec.adapters.outbox import Outbox
 from flux_sdexec.adapters.systemd import SystemdBridge
 from flux_sdexec.errors import RequestError, UnitError
-from flux_sdexec.events import UnitChanged, Unloading
+from flux_sdexec.events import StartFailed, UnitChanged, Unloading
 from flux_sdexec.lifecycle import UNLOADING_TEXT
 from flux_sdexec.machine import fail, handle
 from flux_sdexec.registry import Registry
@@ -68,7 +70,7 @@ class SdexecService:
         self.guard = handoff.guard_unit(namer.instance, rank)
         self.registry = Registry()
         self.watchers = Watchers(handle, log)
-        self.responder = Responder(handle, log)
+        self.responder = Responder(handle, log, Outbox(handle, log, partial(guarded, log)))
         self.runner = ActionRunner(self)
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
@@ -112,12 +114,18 @@ class SdexecService:
         self.feed(p, UnitChanged(props))
 
     def _catch_up(self):
-        """After a reconnect: what every tracked unit is now."""
-        for p in self.registry:
+        """After a reconnect: what every tracked unit is now. A start the lost connection
+        left unanswered whose unit systemd does not know failed."""
+        for p in list(self.registry):
             try:
-                self._unit_changed(p.unit.name, self.bridge.get_unit_properties(p.unit.name))
+                props = self.bridge.get_unit_properties(p.unit.name)
             except UnitError as exc:
                 self.log.error(f"{p.unit.name}: {exc}")
+                continue
+            if p.state is ProcState.STARTING and props.get("LoadState") == "not-found":
+                self.feed(p, StartFailed(errno.ECONNRESET, "lost connection to systemd"))
+            else:
+                self._unit_changed(p.unit.name, props)
 
     def serve(self, msg, verb, func, remote_ok=False):
         """Run ``func(msg)`` for a request, turning any failure into one error response."""
@@ -163,3 +171,4 @@ class SdexecService:
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
         self.bridge.close()
+        self.responder.outbox.close()

@@ -10,7 +10,7 @@ from flux_sdexec import responses
 from flux_sdexec.events import OutputChunk
 
 
-def output_sink(responder, p, stream, rank, feed):
+def output_sink(responder, p, stream, rank, feed, flow=None):
     """The ``on_chunk(chunk, eof)`` callback of one output stream of SdProc ``p``.
 
     Args:
@@ -19,6 +19,7 @@ def output_sink(responder, p, stream, rank, feed):
         stream: ``stdout`` or ``stderr``.
         rank: this broker's rank, as a string.
         feed: ``feed(p, event)``, the service's way into the state machine.
+        flow: the stream's ``outbox.Flow`` (foreground): its queued responses.
     """
     if not p.cmd.background:
         encoder = None
@@ -28,8 +29,7 @@ def output_sink(responder, p, stream, rank, feed):
             nonlocal encoder
             if encoder is None:  # built at the first chunk: the pid is known by then
                 encoder = responses.OutputEncoder(stream, rank, p.pid)
-            text = encoder.data(chunk, eof) if chunk else encoder.eof()
-            responder.respond_raw(msg, text.encode())
+            responder.respond_raw(msg, encoder.data(chunk, eof) if chunk else encoder.eof(), flow)
 
         return stream_chunk
 

@@ -1,93 +1,69 @@
-"""pystemd bridge to the systemd manager: method calls out, PropertiesChanged in.
+"""The bridge to the systemd manager: method calls out, PropertiesChanged and replies in.
 
-Owns one sd-bus connection. Imports no flux; runs no thread or loop of its own: the owner
-watches ``fileno()`` and calls ``pump()``, which hands each PropertiesChanged signal of a
-watched unit to ``on_change(unit, props)``, ``props`` holding only the ``tracked`` names
-(a Service signal carries ~100 properties: decoding only what is used saves ~3 ms of CPU
-per unit).
+Imports no flux; runs no thread or loop of its own: the owner watches ``fileno()``
+(for POLLIN, and POLLOUT while ``wants_write()``) and calls ``pump()``, which hands
+each PropertiesChanged of a watched unit to ``on_change(unit, props)`` (``props``
+holding only the ``tracked`` names) and each reply to its call's ``on_reply``.
 
-Things the owner must know (measured against systemd 252 user mode, see t/systemd):
+The split (measured, see README "Performance"):
 
-- Calls are blocking ``sd_bus_call`` with sd-bus's default 25 s timeout (``SYSTEMD_BUS_TIMEOUT``
-  overrides it). Median (max) of 30 calls on a loaded 4-CPU VM: StartTransientUnit 2.3 ms
-  (7 ms), KillUnit 2.6 ms (11 ms), StopUnit 1.6 ms (3 ms), ResetFailedUnit 0.6 ms (5 ms),
-  ListUnitsByPatterns 0.6 ms, get_unit_properties (two GetAll, ~250 properties) 8 ms (11 ms).
-- Signals that arrive while a call waits for its reply are queued inside sd-bus, and the fd
-  may never become readable for them, so **call pump() after every call**.
+- Hot path, on our cffi binding of sd-bus (sdbus*.py): the signals (matched with a NULL
+  callback, ~30-40 µs of CPU each instead of pystemd's ~120-160 µs, which builds every
+  property of every signal) and StartTransientUnit / StopUnit / KillUnit / ResetFailedUnit.
+  Given ``on_reply``, a call is sent without waiting (a start costs ~0.4 ms of wall time
+  instead of 2.3-2.7 ms) and ``on_reply(None or UnitError)`` runs from a later pump();
+  each call has its own deadline (``expire()``, ETIMEDOUT). Without it the call blocks
+  (teardown after the reactor stopped, tests).
+- Rare calls, on pystemd (systemd_rare.py, a second connection opened when needed): listing units
+  (adoption, unload) and reading all properties of a unit (adoption, after a reconnect).
+  They need a general D-Bus decoder, and they are not on a latency-critical path. A unit's
+  signals and its GetAll answer then come over two connections: pump() before GetAll.
+
+Things the owner must know (systemd 252 user mode, see t/systemd):
+
 - systemd sends unit PropertiesChanged only while some client is subscribed (open() calls
-  Subscribe()); they are broadcast, so they also arrive when another client subscribed.
-  Each change comes as two signals, Service interface (ExecMain*, MainPID, Result) first,
-  then Unit (ActiveState, SubState, Job, ...), each carrying all its properties, changed or
-  not; a Job change alone repeats the current state.
-- pystemd hides sd_bus_process's return code, so an empty result may still mean "did some
-  work" (a consumed message, the first step of a disconnect). pump() therefore stops only
-  after two empty results in a row.
-- A D-Bus error's errno is the one sd-bus maps its name to (pystemd's negative
-  ``DBusError.errno``; pystemd drops the name itself for names it has a class for), and its
-  message is the strerror: InvalidArgs EINVAL, UnitExists EEXIST, NoSuchUnit ENOENT,
-  NoSuchProcess ESRCH (KillUnit with no main process), PropertyReadOnly EROFS (systemd's
-  answer to an unknown transient property), AccessDenied EACCES, unknown names EIO.
-- After a connection loss every call and pump() raise UnitError(ECONNRESET); ``reconnect()``
-  gives a new fd, so the owner must re-create its fd watcher.
+  Subscribe()); they are broadcast. Each change comes as two signals, Service (ExecMain*,
+  MainPID, Result) then Unit (ActiveState, SubState, Job, ...), each carrying all its
+  properties, changed or not.
+- A blocking call leaves what it read meanwhile queued inside sd-bus, where the fd may
+  never become readable for it: **call pump() after every blocking call**.
+- A D-Bus error's errno is the one sd-bus maps its name to, its message systemd's text:
+  InvalidArgs EINVAL, UnitExists EEXIST, NoSuchUnit ENOENT, NoSuchProcess ESRCH (KillUnit
+  with no main process), PropertyReadOnly EROFS (an unknown transient property),
+  AccessDenied EACCES, unknown names EIO.
+- After a connection loss pump() fails every pending call with ECONNRESET, then it, every
+  call and fileno() raise UnitError(ECONNRESET); ``reconnect()`` gives a new fd.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from collections import deque
+import time
 
-from pystemd.dbusexc import DBusBaseError
-from pystemd.dbuslib import DBus, apply_signature, path_encode
-
+from flux_sdexec.adapters import sdbus
+from flux_sdexec.adapters.sdbus import METHOD_ERROR, SIGNAL, ffi, lib
+from flux_sdexec.adapters.sdbus_append import append, append_all
+from flux_sdexec.adapters.sdbus_props import PropsDecoder
+from flux_sdexec.adapters.systemd_rare import RareCalls
 from flux_sdexec.errors import UnitError
 
 SYSTEMD = b"org.freedesktop.systemd1"
 MANAGER_PATH = b"/org/freedesktop/systemd1"
 MANAGER = b"org.freedesktop.systemd1.Manager"
-PROPERTIES = b"org.freedesktop.DBus.Properties"
 UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
-UNIT_INTERFACES = (b"org.freedesktop.systemd1.Unit", b"org.freedesktop.systemd1.Service")
-
-_CLOSE = (-1, None)  # pystemd's "close container" argument
-_DISCONNECTED = {errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE, errno.ESHUTDOWN}
-
-
-def _decode(value):
-    """pystemd reply value -> plain Python: bytes become str, containers are rebuilt."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, (list, tuple)):
-        return type(value)(_decode(v) for v in value)
-    if isinstance(value, dict):
-        return {_decode(k): _decode(v) for k, v in value.items()}
-    return value
+SIGNAL_MATCH = (
+    b"type='signal',sender='org.freedesktop.systemd1',"
+    b"interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'"
+)
+CALL_TIMEOUT_SEC = 25.0  # sd-bus's default for a blocking call
+LOST = "lost connection to systemd"
 
 
-def _props(value):
-    # pystemd renders an empty a{sv} as [] rather than {}
-    return _decode(value) if value else {}
-
-
-def _unit_error(exc):
-    code = -exc.errno if exc.errno < 0 else errno.EINVAL
-    if code in _DISCONNECTED:
-        return UnitError(errno.ECONNRESET, "lost connection to systemd")
-    return UnitError(code, _decode(exc.err_message) or os.strerror(code))
-
-
-def _variant_props(props):
-    """[(Name, signature, value)] -> pystemd arguments for an a(sv)."""
-    args = [(ord("a"), b"(sv)")]
-    for name, sig, value in props:
-        args += [(ord("r"), b"sv"), (ord("s"), name), (ord("v"), sig.encode())]
-        args += apply_signature(sig.encode(), [value])
-        args += [_CLOSE, _CLOSE]
-    return args + [_CLOSE]
-
-
-def _unit_path(unit):
-    return path_encode(UNIT_PREFIX, unit.encode())
+def _error(code, text):
+    if code in sdbus.DISCONNECTED:
+        return UnitError(errno.ECONNRESET, LOST)
+    return UnitError(code, text or os.strerror(code))
 
 
 class SystemdBridge:
@@ -98,36 +74,33 @@ class SystemdBridge:
 
     def __init__(self, on_change, tracked, user_mode=True):
         self._on_change = on_change
-        self._tracked = frozenset(name.encode() for name in tracked)
+        self._decoder = PropsDecoder(tracked)
         self._user_mode = user_mode
         self._bus = None
+        self._lost = False
+        self._rare = RareCalls(user_mode)
         self._watched = {}  # unit object path -> unit name
-        self._signals = deque()
+        self._pending = {}  # reply cookie -> (deadline, on_reply)
 
     def open(self) -> None:
-        """Connect, Subscribe(), and match PropertiesChanged from systemd (once: pystemd
-        cannot remove matches, so units are told apart by object path in pump())."""
-        bus = DBus(user_mode=self._user_mode)
-        signals = self._signals = deque()
-
-        def on_signal(msg, error=None, userdata=None):
-            signals.append(msg)  # decoded in pump(), where on_change() may raise freely
-
+        """Connect, match PropertiesChanged from systemd, and Subscribe()."""
         try:
-            bus.open()
-            self._bus = bus
-            self._match = on_signal  # pystemd keeps only a borrowed pointer to it
-            bus.match_signal(SYSTEMD, None, PROPERTIES, b"PropertiesChanged", on_signal)
-        except DBusBaseError as exc:
-            raise _unit_error(exc) from exc
-        self._call(MANAGER_PATH, MANAGER, b"Subscribe", [])
+            self._bus = sdbus.Bus(self._user_mode)
+            self._lost = False
+            self._bus.add_match(SIGNAL_MATCH)
+            self._call(b"Subscribe", b"", ())
+        except OSError as exc:
+            self.close()
+            raise _error(exc.errno, exc.strerror) from None
 
     def close(self) -> None:
-        """Drop the connection; the watched set is kept for reconnect()."""
+        """Drop the connections; the watched set is kept for reconnect(), pending calls
+        are forgotten unanswered."""
         if self._bus is not None:
             self._bus.close()
             self._bus = None
-        self._signals.clear()
+        self._rare.close()
+        self._pending.clear()
 
     def reconnect(self) -> None:
         """Close and open again, re-subscribing; fileno() changes."""
@@ -135,86 +108,122 @@ class SystemdBridge:
         self.open()
 
     def fileno(self) -> int:
-        fd = self._connected().get_fd()
-        if fd < 0:
-            raise UnitError(errno.ECONNRESET, "lost connection to systemd")
-        return fd
+        return self._connected().fileno()
 
-    def pump(self) -> None:
-        """Process the bus until it is idle, calling on_change() for watched units.
-
-        An exception from on_change() propagates; signals not yet delivered stay queued for
-        the next pump(), which the owner must then call itself.
-        """
-        bus = self._connected()
-        empty = 0
-        while empty < 2:  # see "pystemd hides" in the module docstring
-            try:
-                msg = bus.process()
-            except DBusBaseError as exc:
-                raise _unit_error(exc) from exc
-            if msg.is_signal(b"org.freedesktop.DBus.Local", b"Disconnected"):
-                raise UnitError(errno.ECONNRESET, "lost connection to systemd")
-            while self._signals:
-                sig = self._signals.popleft()
-                unit = self._watched.get(sig.get_path())
-                if unit is not None:
-                    sig.process_reply(False)
-                    changed = sig.body[1] or {}
-                    self._on_change(
-                        unit,
-                        {k.decode(): _decode(v) for k, v in changed.items() if k in self._tracked},
-                    )
-            empty = empty + 1 if msg.is_empty() else 0
+    def wants_write(self) -> bool:
+        """sd-bus has queued output: watch the fd for POLLOUT too, and pump() then."""
+        return self._bus is not None and not self._lost and bool(self._bus.events() & 4)
 
     def watch(self, unit: str) -> None:
-        self._watched[_unit_path(unit)] = unit
+        self._watched[sdbus.path_encode(UNIT_PREFIX, unit)] = unit
 
     def unwatch(self, unit: str) -> None:
-        self._watched.pop(_unit_path(unit), None)
+        self._watched.pop(sdbus.path_encode(UNIT_PREFIX, unit), None)
 
-    def start_transient_unit(self, unit: str, props: list) -> None:
+    def pump(self) -> None:
+        """Process the bus until it is idle: signals of watched units to on_change(),
+        replies to their on_reply. What a callback raises propagates; the messages not yet
+        taken stay queued for the next pump(), which the owner must then call itself."""
+        bus = self._connected()
+        while True:
+            try:
+                r, m, kind, cookie = bus.process()
+            except OSError as exc:
+                self._lose(exc.errno, exc.strerror)
+            if m != ffi.NULL:
+                try:
+                    if kind == SIGNAL:
+                        self._signal(m)
+                    else:
+                        self._reply(m, kind, cookie)
+                finally:
+                    lib.sd_bus_message_unref(m)
+            if r == 0:
+                return
+
+    def _signal(self, m):
+        p = lib.sd_bus_message_get_path(m)
+        unit = self._watched.get(ffi.string(p)) if p != ffi.NULL else None
+        if unit is not None:
+            self._on_change(unit, self._decoder.decode(m))
+        elif lib.sd_bus_message_is_signal(m, b"org.freedesktop.DBus.Local", b"Disconnected"):
+            self._lose(errno.ECONNRESET, LOST)
+
+    def _reply(self, m, kind, cookie):
+        call = self._pending.pop(cookie, None)
+        if call is not None:
+            call[1](_error(*sdbus.reply_error(m)) if kind == METHOD_ERROR else None)
+
+    def _lose(self, code, text):
+        """A failed process(): fail the pending calls with ECONNRESET if the bus is lost."""
+        exc = _error(code, text)
+        if exc.errno == errno.ECONNRESET:
+            self._lost = True
+            pending, self._pending = self._pending, {}
+            for _, on_reply in pending.values():
+                on_reply(exc)
+        raise exc
+
+    def next_deadline(self):
+        """The earliest deadline (time.monotonic()) of a pending call, or None."""
+        return min((d for d, _ in self._pending.values()), default=None)
+
+    def expire(self, now=None) -> None:
+        """Fail every pending call whose deadline passed with ETIMEDOUT."""
+        now = time.monotonic() if now is None else now
+        late = [c for c, (deadline, _) in self._pending.items() if deadline <= now]
+        for cookie in late:
+            self._pending.pop(cookie)[1](UnitError(errno.ETIMEDOUT, "systemd did not answer"))
+
+    # ---- the hot path's calls: sent without waiting when given on_reply ----
+
+    def start_transient_unit(self, unit, props, on_reply=None, timeout=CALL_TIMEOUT_SEC):
         """StartTransientUnit(unit, "fail", props, []); props are (Name, signature, value)."""
-        args = apply_signature(b"ss", [unit, "fail"]) + _variant_props(props)
-        self._call(
-            MANAGER_PATH, MANAGER, b"StartTransientUnit", args + [(ord("a"), b"(sa(sv))"), _CLOSE]
-        )
+        self._call(b"StartTransientUnit", b"ss", (unit, "fail"), on_reply, timeout, props)
 
-    def stop_unit(self, unit: str) -> None:
-        self._call(MANAGER_PATH, MANAGER, b"StopUnit", apply_signature(b"ss", [unit, "fail"]))
+    def stop_unit(self, unit, on_reply=None, timeout=CALL_TIMEOUT_SEC):
+        self._call(b"StopUnit", b"ss", (unit, "fail"), on_reply, timeout)
 
-    def kill_unit(self, unit: str, signum: int, who: str = "main") -> None:
+    def kill_unit(self, unit, signum, who="main", on_reply=None, timeout=CALL_TIMEOUT_SEC):
         """KillUnit(unit, who, signum); who is "main" or "all"."""
-        args = apply_signature(b"ssi", [unit, who, signum])
-        self._call(MANAGER_PATH, MANAGER, b"KillUnit", args)
+        self._call(b"KillUnit", b"ssi", (unit, who, signum), on_reply, timeout)
 
-    def reset_failed_unit(self, unit: str) -> None:
-        self._call(MANAGER_PATH, MANAGER, b"ResetFailedUnit", apply_signature(b"s", [unit]))
+    def reset_failed_unit(self, unit, on_reply=None, timeout=CALL_TIMEOUT_SEC):
+        self._call(b"ResetFailedUnit", b"s", (unit,), on_reply, timeout)
+
+    def _call(self, member, sig, args, on_reply=None, timeout=None, props=None):
+        bus = self._connected()
+        try:
+            m = bus.new_call(SYSTEMD, MANAGER_PATH, MANAGER, member)
+            append_all(m, sig, args)
+            if props is not None:
+                append(m, b"a(sv)", [(name, (s, value)) for name, s, value in props])
+                append(m, b"a(sa(sv))", [])
+            if on_reply is None:
+                bus.call(m, int((timeout or 0) * 1e6))
+            else:
+                self._pending[bus.send(m)] = (time.monotonic() + timeout, on_reply)
+        except OSError as exc:
+            raise _error(exc.errno, exc.strerror) from None
+
+    def _connected(self):
+        if self._bus is None:
+            raise UnitError(errno.ENOTCONN, "not connected to systemd")
+        if self._lost:
+            raise UnitError(errno.ECONNRESET, LOST)
+        return self._bus
+
+    # ---- the rare calls, on pystemd (systemd_rare.py) ----
 
     def get_unit_properties(self, unit: str) -> dict:
         """Unit and Service properties of the unit, merged and decoded.
 
         A unit that is not loaded is not an error: it answers LoadState "not-found".
         """
-        props = {}
-        for iface in UNIT_INTERFACES:
-            args = apply_signature(b"s", [iface])
-            props.update(_props(self._call(_unit_path(unit), PROPERTIES, b"GetAll", args)))
-        return props
+        self._connected()
+        return self._rare.get_unit_properties(sdbus.path_encode(UNIT_PREFIX, unit))
 
     def list_units(self, patterns: list[str]) -> list[tuple[str, str, str]]:
         """Loaded units matching the globs, as (name, ActiveState, SubState)."""
-        args = apply_signature(b"asas", [[], patterns])
-        units = _decode(self._call(MANAGER_PATH, MANAGER, b"ListUnitsByPatterns", args) or [])
-        return [(u[0], u[3], u[4]) for u in units]
-
-    def _connected(self):
-        if self._bus is None:
-            raise UnitError(errno.ENOTCONN, "not connected to systemd")
-        return self._bus
-
-    def _call(self, path, iface, method, args):
-        try:
-            return self._connected().call_method(SYSTEMD, path, iface, method, args).body
-        except DBusBaseError as exc:
-            raise _unit_error(exc) from exc
+        self._connected()
+        return self._rare.list_units(patterns)

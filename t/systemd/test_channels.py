@@ -12,7 +12,8 @@ pytest.importorskip("flux", reason="flux's Python bindings are not installed")
 
 from flux.constants import FLUX_POLLIN, FLUX_POLLOUT  # noqa: E402
 
-from flux_sdexec.adapters.channels import InputChannel, OutputChannel  # noqa: E402
+from flux_sdexec.adapters.channels import READ_MIN, InputChannel, OutputChannel  # noqa: E402
+from flux_sdexec.adapters.outbox import Flow  # noqa: E402
 from flux_sdexec.adapters.watchers import Watchers  # noqa: E402
 from flux_sdexec.linebuf import OutputBuffer  # noqa: E402
 
@@ -195,3 +196,37 @@ def test_every_watcher_kind_is_guarded():
         "timer: RuntimeError('boom')",
         "SIGTERM: RuntimeError('boom')",
     ]
+
+
+def test_output_pauses_while_its_responses_are_queued():
+    """Back-pressure: once more than the Flow's bound of a stream's responses waits to
+    be sent, the channel stops reading (the writer then blocks on a full socket); as the
+    queue drains below half the bound it reads again, and nothing is lost or reordered."""
+    reactor, log = Reactor(), Log()
+    flow = Flow(bound=1000)
+    queued = []  # the responses the outbox could not send yet
+
+    def sink(chunk, eof):
+        queued.append(chunk)
+        flow.add(len(chunk))
+
+    channel = OutputChannel(
+        Watchers(reactor, log), "stdout", OutputBuffer(), sink, lambda s: None, log, flow
+    )
+    channel.start()
+    lines = [b"%05d\n" % i for i in range(2000)]
+    channel.remote.setblocking(False)
+    channel.remote.send(b"".join(lines))  # 12000 bytes: the socket takes them all
+    while reactor.run_once(timeout=0):
+        pass
+    assert flow.paused and not reactor.active
+    assert 1000 < flow.queued <= 1000 + READ_MIN  # one read past the bound, no more
+    sent = []
+    while len(sent) < len(lines):
+        while queued:  # the outbox sends everything queued
+            chunk = queued.pop(0)
+            sent.append(chunk)
+            flow.sent(len(chunk))
+        reactor.run_once(timeout=0)
+    assert sent == lines and flow.queued == 0 and not flow.paused
+    channel.close()

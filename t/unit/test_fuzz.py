@@ -8,12 +8,14 @@ that is still due is delivered, a zombie is waited for, and a process still
 alive at the end is unloaded. Reproduce one walk with FUZZ_SEED=<seed> and
 FUZZ_WALKS=1.
 
-Invariants: no exception; exactly one terminal response per request (none for a
-waiter that went away); nothing after DONE; the stop timer armed only while
-escalating; settling alone brings every process to DONE, with its unit stopped,
-reset or handed to a waiter; no realistic input is refused by the table.
+A few walks have their start refused (StartFailed). Invariants: no exception;
+exactly one terminal response per request (none for a waiter that went away);
+nothing after DONE; the stop timer armed only while escalating; settling alone
+brings every process to DONE, with its unit stopped, reset or handed to a waiter;
+no realistic input is refused by the table.
 """
 
+import errno
 import os
 import random
 import signal
@@ -36,6 +38,7 @@ from flux_sdexec.events import (
     ResetFailedUnit,
     Respond,
     RespondError,
+    StartFailed,
     StartOutput,
     StopTimerExpired,
     StopUnit,
@@ -78,6 +81,7 @@ class Walk:
             adopted=self.adopted,
         )
         self.sim = SimUnit(rng, rng.choice(FATES))
+        self.refused = not self.adopted and rng.random() < 0.05  # the start's reply is an error
         self.reading = False
         self.timer = False
         self.closed = False  # CloseChannels or Reap: no more output events
@@ -179,7 +183,21 @@ class Walk:
         self.gone_waiters.add(id(self.p.waiter))
         self.feed(WaiterGone())
 
+    def refuse(self):
+        """systemd answers the start with an error: the unit never runs. Signals of the
+        name sent before the reply (another connection, no order) may come first."""
+        sim, rng = self.sim, self.rng
+        sim.queue, sim.state, sim.alive = sim.queue[: rng.randrange(3)], ("inactive", "dead"), False
+        while sim.queue and rng.random() < 0.5:
+            self.feed(UnitChanged(sim.queue.pop(0)))
+        if self.waitable and rng.random() < 0.5:
+            self.wait()
+        self.feed(StartFailed(errno.EEXIST, "Unit u.service was already loaded."))
+        sim.queue.clear()
+
     def run(self, steps):
+        if self.refused:
+            self.refuse()
         for _ in range(steps):
             if self.p.state is ProcState.DONE:
                 break

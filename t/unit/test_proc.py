@@ -27,6 +27,7 @@ from flux_sdexec.events import (
     ResetFailedUnit,
     Respond,
     RespondError,
+    StartFailed,
     StartOutput,
     StopTimerExpired,
     StopUnit,
@@ -389,3 +390,31 @@ def test_adopted_unit_that_could_not_exec_is_a_zombie_with_its_error():
         AnswerWait("w", error=(errno.ENOENT, EXEC_FAIL_TEXT)),
         ResetFailedUnit(),
     ]
+
+
+def test_refused_start_answers_its_errno_and_lets_nothing_go():
+    """systemd's error reply to the start (UnitExists) fails the exec with EEXIST: the
+    exec request and a wait parked on the label get it, the channels close, and no
+    stop or reset is sent for a unit that is not ours."""
+    proc = new(["sleep", "1"], label="L", background=True, waitable=True, streams=["stdout"])
+    handle(proc, WaitRequested("w"))
+    text = "Unit u.service was already loaded or has a fragment file."
+    assert handle(proc, StartFailed(errno.EEXIST, text)) == [
+        RespondError(errno.EEXIST, text),
+        AnswerWait("w", error=(errno.EEXIST, text)),
+        CloseChannels(),
+        Reap(),
+    ]
+    assert proc.state is ProcState.DONE
+
+
+def test_start_refused_after_signals_still_fails_the_foreground_exec():
+    """A refusal read after the unit's first signals (two connections, no order) still
+    answers the foreground exec once, with the errno systemd gave."""
+    proc = new()
+    handle(proc, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
+    actions = handle(proc, StartFailed(errno.EINVAL, "Invalid Type setting: bogus"))
+    assert [a for a in actions if isinstance(a, RespondError)] == [
+        RespondError(errno.EINVAL, "Invalid Type setting: bogus")
+    ]
+    assert proc.state is ProcState.DONE

@@ -3,6 +3,7 @@
 import base64
 import errno
 import json
+import random
 
 import pytest
 
@@ -137,3 +138,26 @@ def test_parse_kill_and_list_entry():
 def test_wait_result_omits_empty_output():
     """output is left out when nothing was retained."""
     assert responses.wait_result(0, []) == {"status": 0}
+
+
+def _reference_output(stream, rank, pid, chunk, eof):
+    """The output message built the slow way: decode, then a JSON encoder (UTF-8 out)."""
+    io = responses.io_object(stream, rank, chunk, eof)
+    msg = {"type": "output", "pid": pid, "io": io}
+    return json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@pytest.mark.parametrize("eof", [False, True])
+def test_output_encoder_bytes_fast_path_is_byte_identical(eof):
+    """Printable ASCII lines (the fast path) and everything else (quotes, backslashes,
+    tabs, DEL, UTF-8, bytes that are not UTF-8, a partial last line) encode to exactly
+    the bytes of the decode-and-escape path."""
+    enc = responses.OutputEncoder("stdout", "0", 7)
+    rng = random.Random(13)
+    alphabet = list(b'ab ~!"\\\t\x7f\n\xff') + ["é".encode()]
+    chunks = [b"hello world\n", b"x" * 5000 + b"\n", b"no newline", b'"q"\n', b"\\\n", b"\n"]
+    for _ in range(500):
+        parts = [rng.choice(alphabet) for _ in range(rng.randrange(1, 40))]
+        chunks.append(b"".join(bytes([c]) if isinstance(c, int) else c for c in parts))
+    for chunk in chunks:
+        assert enc.data(chunk, eof) == _reference_output("stdout", "0", 7, chunk, eof), chunk

@@ -1,0 +1,124 @@
+"""Responses sent without blocking the reactor, in order, with back-pressure.
+
+``flux_respond`` blocks while the socket to the broker is full. ``Outbox`` sends
+with FLUX_O_NONBLOCK instead; once the socket refuses one (which is then finished,
+see Outbox), the responses after it wait in one FIFO (so they keep their order)
+until a handle watcher says the handle is writable.
+A ``Flow`` counts the queued bytes and messages of one output stream: above its
+bounds the stream's reader is paused (and reads little while anything is queued),
+and it resumes once half of that has gone out, so a fast writer can neither stall
+the module nor grow its memory without limit.
+"""
+
+import errno
+from collections import deque
+
+from flux.core.inner import ffi, lib, raw
+from flux.core.watchers import Watcher
+
+FLOW_BOUND = 1 << 20  # queued output bytes of one stream before its reader pauses
+FLOW_MESSAGES = 4096  # ... or queued messages (short lines cost more per byte)
+
+
+class Flow:
+    """The queued responses of one output stream; ``pause``/``resume`` are set by its reader."""
+
+    __slots__ = ("queued", "count", "bound", "paused", "pause", "resume")
+
+    def __init__(self, bound=FLOW_BOUND):
+        self.queued = 0  # bytes
+        self.count = 0  # messages
+        self.bound = bound
+        self.paused = False
+        self.pause = self.resume = lambda: None
+
+    def add(self, n):
+        self.queued += n
+        self.count += 1
+        if not self.paused and (self.queued > self.bound or self.count > FLOW_MESSAGES):
+            self.paused = True
+            self.pause()
+
+    def sent(self, n):
+        self.queued -= n
+        self.count -= 1
+        if self.paused and self.queued <= self.bound // 2 and self.count <= FLOW_MESSAGES // 2:
+            self.paused = False
+            self.resume()
+
+
+class _HandleWatcher(Watcher):
+    """A flux handle watcher (flux's Python bindings have none); calls ``func()``."""
+
+    def __init__(self, h, events, func):
+        self.callback = lambda *args: func()
+        self.args = None
+        self.wargs = ffi.new_handle(self)
+        reactor = raw.flux_get_reactor(h)
+        w = raw.flux_handle_watcher_create(
+            reactor, h, events, lib.timeout_handler_wrapper, self.wargs
+        )
+        super().__init__(h, w)
+
+
+class Outbox:
+    """Sends response messages on handle ``h``; ``log``: the module's BrokerLogger.
+
+    ``guard(what, func)`` wraps the watcher callback (``watchers.guarded``).
+
+    A send that the socket refuses may have been partly written, and the connector keeps
+    the rest for the next flux_send on the handle, whoever makes it (a log record, another
+    module call): it would go out in place of that message. So a refused response is
+    finished at once, blocking for the rest of this one message only, and the responses
+    after it wait in the queue until the handle is writable again.
+    """
+
+    def __init__(self, h, log, guard):
+        self._h = h
+        self._log = log
+        self._queue = deque()  # (flux_msg_t *, Flow or None, size)
+        self._congested = False
+        self._watcher = _HandleWatcher(h, lib.FLUX_POLLOUT, guard("outbox", self._flush))
+
+    def send(self, resp, flow=None, size=0):
+        """Send (or queue) response ``resp``, a flux_msg_t * that the outbox now owns."""
+        if not self._congested:
+            self._send(resp)
+            return
+        self._queue.append((resp, flow, size))
+        if flow is not None:
+            flow.add(size)
+
+    def _send(self, resp):
+        """Send ``resp`` without waiting if the socket takes it; else finish it and wait
+        for the handle to be writable before the next one."""
+        h = self._h.handle
+        if lib.flux_send(h, resp, lib.FLUX_O_NONBLOCK) < 0:
+            code = ffi.errno
+            if code in (errno.EAGAIN, errno.EWOULDBLOCK):
+                self._congested = True
+                self._watcher.start()
+                code = 0 if lib.flux_send(h, resp, 0) == 0 else ffi.errno
+            if code:
+                self._log.error(f"error sending a response: {errno.errorcode.get(code, code)}")
+        lib.flux_msg_destroy(resp)
+
+    def _flush(self):
+        self._congested = False
+        while self._queue and not self._congested:
+            resp, flow, size = self._queue.popleft()
+            self._send(resp)
+            if flow is not None:
+                flow.sent(size)
+        if not self._congested:
+            self._watcher.stop()
+
+    def close(self):
+        """Send what is still queued, blocking (at unload), and stop watching."""
+        self._watcher.stop()
+        while self._queue:
+            resp, _, _ = self._queue.popleft()
+            if lib.flux_send(self._h.handle, resp, 0) < 0:
+                self._log.error("error sending a response at unload")
+            lib.flux_msg_destroy(resp)
+        self._watcher.destroy()
