@@ -12,7 +12,7 @@
 set -uo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-SUITES=${UPSTREAM_SUITES:-"t2409-sdexec t2411-sdexec-job t2415-sdexec-device
+SUITES=${UPSTREAM_SUITES:-"t2409-sdexec t2410-sdexec-memlimit t2411-sdexec-job t2415-sdexec-device
     t2416-sdexec-constrain-resources t2420-job-exec-bgexec-sdexec t2421-sdexec-bg"}
 die() { echo "check-upstream: $*" >&2; exit 1; }
 BUILD=${FLUX_CORE_BUILD:-$(ls -td /var/tmp/flux-sdexec/*/.flux-sdexec-built 2>/dev/null | head -1)}
