@@ -24,16 +24,11 @@ sdexec_extra_config exec.toml <<-EOF
 sdexec_under_flux 2 jobs
 . "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
 
-# shell_unit RANK ID: the unit of the job shell of ID on broker RANK.
+# shell_unit RANK ID, as test_job_basics wants it: bgexec's labelled shell unit.
 shell_unit() {
-	echo "shell-$1-$(flux job id --to=f58plain "$2")-$1:$SDEXEC_INSTANCE.service"
+	bgexec_unit "$@"
 }
-# wait_event ID EVENT [OPTIONS]: bounded wait on the job eventlog.
-wait_event() {
-	_we_id=$1 _we_event=$2
-	shift 2
-	flux job wait-event -q -t "$T" "$@" $_we_id $_we_event
-}
+
 # both_units_active ID / both_units_gone ID: the job's shell units on rank 0 and 1.
 both_units_active() {
 	unit_active $(shell_unit 0 $1) && unit_active $(shell_unit 1 $1)

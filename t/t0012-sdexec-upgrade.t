@@ -21,15 +21,6 @@ sdexec_extra_config exec.toml <<-EOF
 sdexec_under_flux 2 jobs
 . "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
 
-# shell_unit RANK ID: the unit of the job shell of ID on broker RANK.
-shell_unit() {
-	echo "shell-$1-$(flux job id --to=f58plain "$2")-$1:$SDEXEC_INSTANCE.service"
-}
-wait_event() {
-	_we_id=$1 _we_event=$2
-	shift 2
-	flux job wait-event -q -t "$T" "$@" $_we_id $_we_event
-}
 # gated_job NAME RANK CODE: a job on RANK that waits for file NAME, prints
 # "out-NAME", and exits CODE; its id is written to NAME.id.
 gated_job() {
@@ -37,7 +28,7 @@ gated_job() {
 		sh -c "while ! test -e $1; do sleep 0.1; done; echo out-$1; exit $3" >$1.id &&
 	wait_event $(cat $1.id) start &&
 	wait_event $(cat $1.id) recoverable -p exec &&
-	sdexec_wait_until unit_active $(shell_unit $2 $(cat $1.id))
+	sdexec_wait_until unit_active $(bgexec_unit $2 $(cat $1.id))
 }
 # upgrade: the procedure of the README.
 upgrade() {
@@ -121,7 +112,7 @@ test_expect_success 'two reloads in a row, a job ending while sdexec is unloaded
 	flux module remove job-exec &&
 	flux exec -r all flux module remove sdexec &&
 	touch f &&
-	sdexec_wait_until sdexec_unit_is $(shell_unit 1 $(cat f.id)) failed &&
+	sdexec_wait_until sdexec_unit_is $(bgexec_unit 1 $(cat f.id)) failed &&
 	flux exec -r all flux module load $SDEXEC_MODULE &&
 	flux exec -r 1 flux dmesg | grep "adopted shell-1-.* (failed.failed" &&
 	flux module load job-exec &&

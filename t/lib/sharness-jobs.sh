@@ -26,6 +26,16 @@ job_exception() {
 	test_debug "cat $1.eventlog" &&
 	grep "exception" "$1.eventlog"
 }
+# wait_event ID EVENT [OPTIONS]: bounded wait on the job eventlog.
+wait_event() {
+	_we_id=$1 _we_event=$2
+	shift 2
+	flux job wait-event -q -t "$T" "$@" $_we_id $_we_event
+}
+# bgexec_unit RANK ID: the unit of bgexec's job shell of ID on broker RANK (labelled).
+bgexec_unit() {
+	echo "shell-$1-$(flux job id --to=f58plain "$2")-$1:$SDEXEC_INSTANCE.service"
+}
 # job_results [flux jobs options or IDs]: how many of the jobs ended with each result.
 job_results() {
 	flux jobs -n -o "{result}" "$@" | sort | uniq -c
