@@ -46,6 +46,11 @@ policy_is() {
 count() {
 	containment "$1" | jq ".constraints.$2[\"$3\"] // 0"
 }
+# counted RANK CONSTRAINT OUTCOME N: the count has reached N (the check runs once the
+# main process exists, so it waits for a process that lives on).
+counted() {
+	test $(count "$1" "$2" "$3") -ge "$4"
+}
 # shell_unit RANK ID: the bulk-exec job shell unit of job ID on RANK.
 shell_unit() {
 	echo "shell-$1-$(flux job id --to=f58plain "$2").service"
@@ -135,8 +140,11 @@ test_expect_success 'off: the job runs and nothing is checked or counted' '
 test_expect_success 'enforce: properties a client sets itself are checked and counted, never fatal' '
 	set_policy &&
 	before=$(count 1 MemoryHigh not-enforced) &&
-	$sdexec -r 1 --setopt=SDEXEC_PROP_MemoryHigh=1G true &&
-	test $(count 1 MemoryHigh not-enforced) -eq $((before + 1))
+	$sdexec -r 1 --bg --label=client --setopt=SDEXEC_PROP_MemoryHigh=1G sleep 300 &&
+	sdexec_wait_until counted 1 MemoryHigh not-enforced $((before + 1)) &&
+	$sproc_ps -r 1 >client.ps &&
+	grep -E " R +client " client.ps &&
+	$sproc_kill -r 1 9 client
 '
 test_expect_success 'no unit is left' '
 	sdexec_check_no_units
