@@ -113,25 +113,26 @@ test_job_basics() {
 	'
 }
 
+# all_complete NAME COUNT DRAIN-TIMEOUT SUBMIT-ARGS...: submit COUNT jobs (ids in
+# NAME.ids), drain the queue, and check that every one of them COMPLETED.
+all_complete() {
+	_ac_name=$1 _ac_count=$2 _ac_timeout=$3
+	shift 3
+	flux submit --cc=1-$_ac_count "$@" true >$_ac_name.ids &&
+	test $(wc -l <$_ac_name.ids) -eq $_ac_count &&
+	flux queue drain -t $_ac_timeout &&
+	job_results $(cat $_ac_name.ids) >$_ac_name.out &&
+	test_debug "cat $_ac_name.out" &&
+	printf "%7d COMPLETED\n" $_ac_count >$_ac_name.expected &&
+	test_cmp $_ac_name.expected $_ac_name.out
+}
 # test_job_volume: 200 short jobs, then 20 2-node jobs, all COMPLETED.
 test_job_volume() {
 	test_expect_success '200 short jobs all complete' '
-		flux submit --cc=1-200 true >volume.ids &&
-		test $(wc -l <volume.ids) -eq 200 &&
-		flux queue drain -t 150s &&
-		job_results $(cat volume.ids) >volume.out &&
-		test_debug "cat volume.out" &&
-		echo "    200 COMPLETED" >volume.expected &&
-		test_cmp volume.expected volume.out
+		all_complete volume 200 150s
 	'
 	test_expect_success '20 2-node jobs all complete' '
-		flux submit -N2 -n2 --cc=1-20 true >volume2.ids &&
-		test $(wc -l <volume2.ids) -eq 20 &&
-		flux queue drain -t 60s &&
-		job_results $(cat volume2.ids) >volume2.out &&
-		test_debug "cat volume2.out" &&
-		echo "     20 COMPLETED" >volume2.expected &&
-		test_cmp volume2.expected volume2.out
+		all_complete volume2 20 60s -N2 -n2
 	'
 }
 
