@@ -56,9 +56,10 @@ class Unit:
         self.left_inactive = False  # systemd's first signal shows inactive/dead, before the start
 
     def copy(self):
-        c = Unit.__new__(Unit)
-        for name in Unit.__slots__:
-            setattr(c, name, getattr(self, name))
+        c = Unit.__new__(Unit)  # once per signal: spelled out, no loop over __slots__
+        c.name, c.active_state, c.sub_state = self.name, self.active_state, self.sub_state
+        c.pid, c.code, c.status, c.result = self.pid, self.code, self.status, self.result
+        c.left_inactive = self.left_inactive
         return c
 
     def update(self, props):

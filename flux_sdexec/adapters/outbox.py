@@ -13,8 +13,7 @@ the module nor grow its memory without limit.
 import errno
 from collections import deque
 
-from flux.core.inner import ffi, lib, raw
-from flux.core.watchers import Watcher
+from flux.core.inner import ffi, lib
 
 FLOW_BOUND = 1 << 20  # queued output bytes of one stream before its reader pauses
 FLOW_MESSAGES = 4096  # ... or queued messages (short lines cost more per byte)
@@ -47,24 +46,9 @@ class Flow:
             self.resume()
 
 
-class _HandleWatcher(Watcher):
-    """A flux handle watcher (flux's Python bindings have none); calls ``func()``."""
-
-    def __init__(self, h, events, func):
-        self.callback = lambda *args: func()
-        self.args = None
-        self.wargs = ffi.new_handle(self)
-        reactor = raw.flux_get_reactor(h)
-        w = raw.flux_handle_watcher_create(
-            reactor, h, events, lib.timeout_handler_wrapper, self.wargs
-        )
-        super().__init__(h, w)
-
-
 class Outbox:
-    """Sends response messages on handle ``h``; ``log``: the module's BrokerLogger.
-
-    ``guard(what, func)`` wraps the watcher callback (``watchers.guarded``).
+    """Sends response messages on handle ``h``; ``log``: the module's BrokerLogger;
+    ``watchers``: the ``watchers.Watchers`` that make its (guarded) handle watcher.
 
     A send that the socket refuses may have been partly written, and the connector keeps
     the rest for the next flux_send on the handle, whoever makes it (a log record, another
@@ -73,12 +57,12 @@ class Outbox:
     after it wait in the queue until the handle is writable again.
     """
 
-    def __init__(self, h, log, guard):
+    def __init__(self, h, log, watchers):
         self._h = h
         self._log = log
         self._queue = deque()  # (flux_msg_t *, Flow or None, size)
         self._congested = False
-        self._watcher = _HandleWatcher(h, lib.FLUX_POLLOUT, guard("outbox", self._flush))
+        self._watcher = watchers.handle(lib.FLUX_POLLOUT, self._flush, "outbox")
 
     def send(self, resp, flow=None, size=0):
         """Send (or queue) response ``resp``, a flux_msg_t * that the outbox now owns."""

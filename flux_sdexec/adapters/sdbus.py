@@ -20,6 +20,10 @@ typedef struct sd_bus_slot sd_bus_slot;
 typedef struct { const char *name; const char *message; int _need_free; } sd_bus_error;
 typedef int (*sd_bus_message_handler_t)(sd_bus_message *, void *, sd_bus_error *);
 
+int sd_bus_new(sd_bus **ret);
+int sd_bus_set_address(sd_bus *bus, const char *address);
+int sd_bus_start(sd_bus *bus);
+sd_bus *sd_bus_unref(sd_bus *bus);
 int sd_bus_open_user(sd_bus **ret);
 int sd_bus_open_system(sd_bus **ret);
 sd_bus *sd_bus_flush_close_unref(sd_bus *bus);
@@ -35,6 +39,7 @@ int sd_bus_call(sd_bus *bus, sd_bus_message *m, uint64_t usec, sd_bus_error *ret
                 sd_bus_message **reply);
 void sd_bus_error_free(sd_bus_error *e);
 
+int sd_bus_message_append(sd_bus_message *m, const char *types, ...);
 int sd_bus_message_append_basic(sd_bus_message *m, char type, const void *p);
 int sd_bus_message_append_array(sd_bus_message *m, char type, const void *ptr, size_t size);
 int sd_bus_message_append_strv(sd_bus_message *m, char **l);
@@ -81,11 +86,22 @@ def reply_error(m):
 
 
 class Bus:
-    """One sd-bus connection (user or system bus). Raises OSError on failure."""
+    """One sd-bus connection: to the user or system bus, or straight to a peer at
+    ``address`` (a D-Bus address such as ``unix:path=...``). Raises OSError on failure."""
 
-    def __init__(self, user_mode=True):
+    def __init__(self, user_mode=True, address=None):
         busp = ffi.new("sd_bus **")
-        check((lib.sd_bus_open_user if user_mode else lib.sd_bus_open_system)(busp), "open bus")
+        if address is None:
+            opener = lib.sd_bus_open_user if user_mode else lib.sd_bus_open_system
+            check(opener(busp), "open bus")
+        else:
+            check(lib.sd_bus_new(busp), "new bus")
+            r = lib.sd_bus_set_address(busp[0], address)
+            if r >= 0:
+                r = lib.sd_bus_start(busp[0])
+            if r < 0:
+                lib.sd_bus_unref(busp[0])
+                check(r, f"connect to {address.decode(errors='replace')}")
         self.bus = busp[0]
         self._msgp = ffi.new("sd_bus_message **")
         self._cookiep = ffi.new("uint64_t *")

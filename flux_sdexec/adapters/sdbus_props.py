@@ -24,7 +24,8 @@ _VALUE = {
 
 
 class PropsDecoder:
-    """``decode(m) -> {name: value}`` for the ``tracked`` names present in signal ``m``."""
+    """``decode(m) -> (interface, {name: value})``: the ``tracked`` names present in
+    signal ``m``, and the interface whose properties it carries."""
 
     def __init__(self, tracked):
         self._tracked = {name.encode(): name for name in tracked}
@@ -36,20 +37,20 @@ class PropsDecoder:
     def decode(self, m):
         strp = self._strp
         if lib.sd_bus_message_read_basic(m, b"s", strp) <= 0:
-            return {}
+            return b"", {}
         iface = ffi.string(strp[0])
         program = self._programs.get(iface)
         if program is not None:
             out = self._run(m, program)
             if out is not None:
-                return out
+                return iface, out
             self.relearnt += 1
         lib.sd_bus_message_rewind(m, 1)
         lib.sd_bus_message_read_basic(m, b"s", strp)
         program = self._programs[iface] = self._learn(m)
         lib.sd_bus_message_rewind(m, 1)
         lib.sd_bus_message_read_basic(m, b"s", strp)
-        return self._run(m, program) or {}
+        return iface, self._run(m, program) or {}
 
     def _learn(self, m):
         """Walk the a{sv}; a program of (format, args, checks) steps, args None for a skip."""

@@ -10,25 +10,34 @@ before a start), ``teardown`` (unload).
 
 import errno
 import json
-from functools import partial
 
 from flux_sdexec import handoff, unitstate
 from flux_sdexec.adapters import adopt, cgroup, guard, teardown
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.bus import BusWatcher
-from flux_sdexec.adapters.watchers import Watchers, guarded
+from flux_sdexec.adapters.watchers import Watchers
 from flux_sdexec.adapters.mapper_client import MapperLookups
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.outbox import Outbox
 from flux_sdexec.adapters.systemd import SystemdBridge
 from flux_sdexec.errors import RequestError, UnitError
-from flux_sdexec.events import StartFailed, UnitChanged, Unloading
+from flux_sdexec.events import (
+    KillUnit,
+    ResetFailedUnit,
+    StartFailed,
+    StopUnit,
+    UnitChanged,
+    Unloading,
+)
 from flux_sdexec.lifecycle import UNLOADING_TEXT
 from flux_sdexec.machine import fail, handle
 from flux_sdexec.registry import Registry
 from flux_sdexec.states import ProcState
 
 REMOTE_TEXT = "Remote sdexec requests are not allowed on rank 0"
+# orders to systemd go out before the rest of a batch: they start the longest waits, and
+# nothing a client sees depends on it (their effects come back through later signals)
+SYSTEMD_CALLS = (StopUnit, ResetFailedUnit, KillUnit)
 
 
 class SdexecService:
@@ -70,7 +79,7 @@ class SdexecService:
         self.guard = handoff.guard_unit(namer.instance, rank)
         self.registry = Registry()
         self.watchers = Watchers(handle, log)
-        self.responder = Responder(handle, log, Outbox(handle, log, partial(guarded, log)))
+        self.responder = Responder(handle, log, Outbox(handle, log, self.watchers))
         self.runner = ActionRunner(self)
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
@@ -94,6 +103,8 @@ class SdexecService:
             actions = handle(p, event)
         except Exception as exc:  # a bug in the core: nothing was changed; fail the process
             actions = fail(p, f"{type(event).__name__}: {exc!r}")
+        if len(actions) > 1:
+            actions.sort(key=lambda a: not isinstance(a, SYSTEMD_CALLS))
         for action in actions:
             try:
                 self.runner.run(p, action)

@@ -14,6 +14,12 @@ The split (measured, see README "Performance"):
   instead of 2.3-2.7 ms) and ``on_reply(None or UnitError)`` runs from a later pump();
   each call has its own deadline (``expire()``, ETIMEDOUT). Without it the call blocks
   (teardown after the reactor stopped, tests).
+- The hot path talks to systemd straight over its private socket when it can (as systemctl
+  does: ``$XDG_RUNTIME_DIR/systemd/private``, or ``/run/systemd/private`` for the system
+  manager), else over the bus. Each call, reply and signal then makes one hop instead of two
+  through dbus-daemon, and systemd skips the bus lookups it makes for each job's requester:
+  a unit's start-to-EOF cycle measured 3.3 ms instead of 4.0 ms. A private connection gets
+  every signal of the manager, unasked; pump() drops what is not a watched unit's.
 - Rare calls, on pystemd (systemd_rare.py, a second connection opened when needed): listing units
   (adoption, unload) and reading all properties of a unit (adoption, after a reconnect).
   They need a general D-Bus decoder, and they are not on a latency-critical path. A unit's
@@ -24,7 +30,8 @@ Things the owner must know (systemd 252 user mode, see t/systemd):
 - systemd sends unit PropertiesChanged only while some client is subscribed (open() calls
   Subscribe()); they are broadcast. Each change comes as two signals, Service (ExecMain*,
   MainPID, Result) then Unit (ActiveState, SubState, Job, ...), each carrying all its
-  properties, changed or not.
+  properties, changed or not. pump() hands on_change only a signal whose tracked
+  values differ from the last ones its interface sent for the unit.
 - A blocking call leaves what it read meanwhile queued inside sd-bus, where the fd may
   never become readable for it: **call pump() after every blocking call**.
 - A D-Bus error's errno is the one sd-bus maps its name to, its message systemd's text:
@@ -43,7 +50,7 @@ import time
 
 from flux_sdexec.adapters import sdbus
 from flux_sdexec.adapters.sdbus import METHOD_ERROR, SIGNAL, ffi, lib
-from flux_sdexec.adapters.sdbus_append import append, append_all
+from flux_sdexec.adapters.sdbus_append import append, append_all, append_properties
 from flux_sdexec.adapters.sdbus_props import PropsDecoder
 from flux_sdexec.adapters.systemd_rare import RareCalls
 from flux_sdexec.errors import UnitError
@@ -58,6 +65,17 @@ SIGNAL_MATCH = (
 )
 CALL_TIMEOUT_SEC = 25.0  # sd-bus's default for a blocking call
 LOST = "lost connection to systemd"
+
+
+def private_socket(user_mode):
+    """The path of the manager's private socket, or None when there is none to try."""
+    if not user_mode:
+        path = "/run/systemd/private"
+    elif os.environ.get("XDG_RUNTIME_DIR"):
+        path = os.path.join(os.environ["XDG_RUNTIME_DIR"], "systemd", "private")
+    else:
+        return None
+    return path if os.path.exists(path) else None
 
 
 def _error(code, text):
@@ -78,20 +96,32 @@ class SystemdBridge:
         self._user_mode = user_mode
         self._bus = None
         self._lost = False
+        self.via = None  # how the hot path reaches systemd: the private socket or the bus
         self._rare = RareCalls(user_mode)
         self._watched = {}  # unit object path -> unit name
+        self._seen = {}  # unit object path -> {interface: the last tracked values it sent}
         self._pending = {}  # reply cookie -> (deadline, on_reply)
 
     def open(self) -> None:
-        """Connect, match PropertiesChanged from systemd, and Subscribe()."""
-        try:
-            self._bus = sdbus.Bus(self._user_mode)
-            self._lost = False
-            self._bus.add_match(SIGNAL_MATCH)
-            self._call(b"Subscribe", b"", ())
-        except OSError as exc:
-            self.close()
-            raise _error(exc.errno, exc.strerror) from None
+        """Connect (the private socket first, see the module docstring), match
+        PropertiesChanged from systemd, and Subscribe()."""
+        bus = "the user bus" if self._user_mode else "the system bus"
+        private = private_socket(self._user_mode)
+        for via in (private, bus) if private else (bus,):
+            try:
+                if via is bus:
+                    self._bus = sdbus.Bus(self._user_mode)
+                else:  # refused (another user's manager, a stale socket): the bus next
+                    self._bus = sdbus.Bus(address=b"unix:path=" + via.encode())
+                self._lost = False
+                self._bus.add_match(SIGNAL_MATCH)
+                self._call(b"Subscribe", b"", ())
+                self.via = via
+                return
+            except OSError as exc:
+                self.close()
+                error = exc
+        raise _error(error.errno, error.strerror) from None
 
     def close(self) -> None:
         """Drop the connections; the watched set is kept for reconnect(), pending calls
@@ -118,7 +148,9 @@ class SystemdBridge:
         self._watched[sdbus.path_encode(UNIT_PREFIX, unit)] = unit
 
     def unwatch(self, unit: str) -> None:
-        self._watched.pop(sdbus.path_encode(UNIT_PREFIX, unit), None)
+        path = sdbus.path_encode(UNIT_PREFIX, unit)
+        self._watched.pop(path, None)
+        self._seen.pop(path, None)
 
     def pump(self) -> None:
         """Process the bus until it is idle: signals of watched units to on_change(),
@@ -143,9 +175,16 @@ class SystemdBridge:
 
     def _signal(self, m):
         p = lib.sd_bus_message_get_path(m)
-        unit = self._watched.get(ffi.string(p)) if p != ffi.NULL else None
+        path = ffi.string(p) if p != ffi.NULL else None
+        unit = self._watched.get(path)
         if unit is not None:
-            self._on_change(unit, self._decoder.decode(m))
+            # each change comes as a Service and a Unit signal carrying all their
+            # properties: about half repeat what the same interface said last time
+            iface, props = self._decoder.decode(m)
+            seen = self._seen.setdefault(path, {})
+            if seen.get(iface) != props:
+                seen[iface] = props
+                self._on_change(unit, props)
         elif lib.sd_bus_message_is_signal(m, b"org.freedesktop.DBus.Local", b"Disconnected"):
             self._lose(errno.ECONNRESET, LOST)
 
@@ -197,7 +236,7 @@ class SystemdBridge:
             m = bus.new_call(SYSTEMD, MANAGER_PATH, MANAGER, member)
             append_all(m, sig, args)
             if props is not None:
-                append(m, b"a(sv)", [(name, (s, value)) for name, s, value in props])
+                append_properties(m, props)
                 append(m, b"a(sa(sv))", [])
             if on_reply is None:
                 bus.call(m, int((timeout or 0) * 1e6))

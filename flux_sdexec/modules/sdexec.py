@@ -65,6 +65,7 @@ class SdexecModule(BrokerModule):
             raise
         self.requests = Requests(self.service)
         self.log.info(f"units named <label>:{namer.instance}.service (glob {namer.glob})")
+        self.log.info(f"systemd reached through {self.service.bridge.via}")
         # the broker SIGTERMs a module still loaded at exit: unload cleanly then too
         self._sigterm = self.service.watchers.signal(signal.SIGTERM, self.stop, "SIGTERM")
         self._sigterm.start()

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from conftest import Harness
 from flux_sdexec.errors import UnitError
 
 TRUE, FALSE, SH, SLEEP = "/bin/true", "/bin/false", "/bin/sh", "/bin/sleep"
@@ -75,6 +76,29 @@ def test_clean_exit(sd):
         ("active", "exited"),
         ("inactive", "dead"),
     ]
+
+
+def test_private_socket_first(sd):
+    """The hot path reaches the manager over its private socket, as systemctl does."""
+    assert sd.bridge.via == os.path.join(os.environ["XDG_RUNTIME_DIR"], "systemd", "private")
+    unit = sd.start([TRUE])
+    assert sd.wait_state(unit, "active", "exited")["ExecMainStatus"] == 0
+
+
+def test_bus_when_private_socket_refuses(user_systemd, tmp_path, monkeypatch):
+    """A private socket nobody listens on (stale, or not ours) leaves the bus to carry
+    calls and signals."""
+    (tmp_path / "systemd").mkdir()
+    with socket.socket(socket.AF_UNIX) as stale:
+        stale.bind(str(tmp_path / "systemd" / "private"))  # bound, never listening
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+        harness = Harness()
+    try:
+        assert harness.bridge.via == "the user bus"
+        unit = harness.start([TRUE])
+        assert harness.wait_state(unit, "active", "exited")["ExecMainStatus"] == 0
+    finally:
+        harness.cleanup()
 
 
 def test_exit_1(sd):

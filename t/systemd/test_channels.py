@@ -47,6 +47,16 @@ class Watcher:
         self.stop()
 
 
+class StandInWatchers(Watchers):
+    """The real guards, on the stand-in's watcher objects (flux's C API needs a broker)."""
+
+    def _make(self, kind, args, func):
+        callback = lambda *a: func()  # noqa: E731
+        if kind == "fd":
+            return self._h.fd_watcher_create(args[0], callback, events=args[1])
+        return self._h.timer_watcher_create(args[0], callback)
+
+
 class Reactor:
     """Enough of a flux handle for fd watchers."""
 
@@ -76,7 +86,7 @@ def test_exception_in_output_callback_is_logged_and_does_not_escape():
         raise RuntimeError("sink failed")
 
     channel = OutputChannel(
-        Watchers(reactor, log), "stdout", OutputBuffer(), boom, lambda s: None, log
+        StandInWatchers(reactor, log), "stdout", OutputBuffer(), boom, lambda s: None, log
     )
     channel.start()
     channel.remote.sendall(b"line\n")
@@ -89,7 +99,7 @@ def output(reactor, log, line_mode=True, size=1 << 20):
     """An OutputChannel reading from the socketpair, recording chunks and the close."""
     seen = {"chunks": [], "closed": []}
     channel = OutputChannel(
-        Watchers(reactor, log),
+        StandInWatchers(reactor, log),
         "stdout",
         OutputBuffer(line_mode, size),
         lambda chunk, eof: seen["chunks"].append((chunk, eof)),
@@ -136,7 +146,7 @@ def test_stdin_is_queued_until_the_socket_takes_it():
     """A write larger than the socket buffer never blocks: the rest waits for POLLOUT,
     and EOF closes our end after the last byte."""
     reactor, log = Reactor(), Log()
-    channel = InputChannel(Watchers(reactor, log), log, "sh")
+    channel = InputChannel(StandInWatchers(reactor, log), log, "sh")
     remote = channel.remote.dup()  # systemd's copy; ours is released after the start
     channel.release_remote()
     data = b"x" * (4 << 20)
@@ -181,7 +191,7 @@ def test_every_watcher_kind_is_guarded():
     """Finding 4, for timers (stop timer, reconnect retry) and the SIGTERM watcher too:
     each callback logs what its function raised and returns."""
     handle, log = Recorder(), Log()
-    watchers = Watchers(handle, log)
+    watchers = StandInWatchers(handle, log)
 
     def boom():
         raise RuntimeError("boom")
@@ -211,7 +221,7 @@ def test_output_pauses_while_its_responses_are_queued():
         flow.add(len(chunk))
 
     channel = OutputChannel(
-        Watchers(reactor, log), "stdout", OutputBuffer(), sink, lambda s: None, log, flow
+        StandInWatchers(reactor, log), "stdout", OutputBuffer(), sink, lambda s: None, log, flow
     )
     channel.start()
     lines = [b"%05d\n" % i for i in range(2000)]
