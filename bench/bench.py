@@ -10,7 +10,7 @@ and 1 (plus sdbus for the C module), measures
      raw mode (``stdout_LINE_BUFFER=false``);
   3. the wall time of 32 and of 200 launches started at once;
   4. a burst of N jobs (``[exec] service = "sdexec"`` must be configured);
-  5. the module's CPU seconds (user+sys, /proc stat) in each phase, and our module's RSS,
+  5. the module's CPU seconds (schedstat run time) in each phase, and our module's RSS,
 
 then unloads it and prints a comparison table (``--json``: also the rows, for
 bench/chart.py). This file measures; procfs.py finds the module's tasks in /proc;
@@ -295,7 +295,7 @@ def profile(args, rank0):
     Returns summary lines: the hottest leaf frames, and the innermost flux_sdexec frame of
     each sample (where in our code the time goes, native frames below it included).
     """
-    pid = rank0.module[0].split("/")[-2]
+    pid = rank0.module[0].split("/")[-1]
     out = os.path.join(os.path.dirname(args.file), f"profile-{pid}.txt")
     cmd = [a.replace("{pid}", pid).replace("{out}", out) for a in args.profile_cmd.split()]
     log(f"profiling: {' '.join(cmd)}")
@@ -342,8 +342,8 @@ def main():
     ap.add_argument("--c-module", required=True)
     ap.add_argument("--py-module", required=True)
     ap.add_argument("--file", required=True)
-    ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--cat-runs", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--burst-timeout", type=int, default=150)

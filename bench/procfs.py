@@ -3,24 +3,31 @@
 The C module is two threads of the broker (sdexec, sdbus); ours is a process the
 broker starts (flux-module-python-exec). ``locate()`` finds them; ``Tasks.read()``
 gives their CPU seconds, ``rss_kb()`` a process's resident memory.
+
+CPU time comes from schedstat (the scheduler's nanosecond run time), not from the
+utime/stime of /proc/<pid>/stat: those are sampled at the clock tick (10 ms), far
+too coarse for the ~1-2 ms a launch costs a module.
 """
 
 import glob
 import os
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
 class BenchError(Exception):
     pass
 
 
-def cpu_seconds(stat_path):
-    """utime+stime of a /proc/<pid>/stat or /proc/<pid>/task/<tid>/stat, in seconds."""
-    with open(stat_path) as f:
-        text = f.read()
-    fields = text[text.rindex(")") + 2 :].split()  # fields from #3 (state) on
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # #14 utime, #15 stime
+def cpu_seconds(path):
+    """CPU seconds run by a thread (/proc/<pid>/task/<tid>) or, summed over its threads
+    of the moment, a process (/proc/<pid>); 0 for what is gone."""
+    tasks = [path] if "/task/" in path else glob.glob(f"{path}/task/*")
+    total = 0
+    for task in tasks:
+        try:
+            with open(f"{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e9
 
 
 def proc_ppid(pid):
@@ -41,7 +48,7 @@ def broker_threads(bpid, comm):
         try:
             with open(f"{task}/comm") as f:
                 if f.read().strip() == comm:
-                    found.append(f"{task}/stat")
+                    found.append(task)
         except OSError:
             pass
     return found
@@ -64,11 +71,11 @@ class Tasks:
     """The CPU accounting targets of one module (on one rank, or merged)."""
 
     def __init__(self):
-        self.module = []  # stat paths: the sdexec thread or process
-        self.sdbus = []  # stat paths: sdbus threads (C module only)
-        self.rexec = []  # stat paths: the broker's rexec thread (message channel of
+        self.module = []  # /proc paths: the sdexec thread or process
+        self.sdbus = []  # /proc paths: sdbus threads (C module only)
+        self.rexec = []  # /proc paths: the broker's rexec thread (message channel of
         #                  exec'd modules: it relays every message of a Python module)
-        self.server = []  # stat paths: broker processes, plus module processes
+        self.server = []  # /proc paths: broker processes, plus module processes
         self.desc = []
 
     def read(self):
@@ -95,7 +102,7 @@ def locate(kind, module_path, broker_pids):
     found = {}
     for rank, bpid in broker_pids.items():
         tasks = found[rank] = Tasks()
-        tasks.server.append(f"/proc/{bpid}/stat")
+        tasks.server.append(f"/proc/{bpid}")
         children = [  # a module loader (flux-module-exec, flux-module-python-exec.py)
             p for p in module_children(bpid, "flux-module-") if module_path in proc_cmdline(p)
         ]
@@ -104,8 +111,8 @@ def locate(kind, module_path, broker_pids):
             if len(children) != 1:
                 raise BenchError(f"rank {rank}: several sdexec processes: {children}")
             pid = children[0]
-            tasks.module.append(f"/proc/{pid}/stat")
-            tasks.server.append(f"/proc/{pid}/stat")
+            tasks.module.append(f"/proc/{pid}")
+            tasks.server.append(f"/proc/{pid}")
             argv = " ".join(os.path.basename(a) for a in proc_cmdline(pid)[1:])
             tasks.desc.append(f"rank {rank}: process pid {pid} (child of broker {bpid}: {argv})")
         elif len(threads) == 1:

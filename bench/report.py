@@ -87,6 +87,13 @@ def summary(c, o, args, text=False):
             f,
             "lower",
         )
+        row(
+            "  ours + the broker's rexec relay thread",
+            (cc["module"] + cc["sdbus"]) * scale,
+            (oc["module"] + oc["rexec"]) * scale,
+            f,
+            "lower",
+        )
         row("  broker(s) + module process", cc["server"] * scale, oc["server"] * scale, f, "lower")
 
     ms = 1000
