@@ -133,8 +133,10 @@ class SystemdBridge:
         self._pending.clear()
 
     def reconnect(self) -> None:
-        """Close and open again, re-subscribing; fileno() changes."""
+        """Close and open again, re-subscribing; fileno() changes. What was seen before is
+        forgotten: the owner re-reads every unit (get_unit_properties), signals count again."""
         self.close()
+        self._seen.clear()
         self.open()
 
     def fileno(self) -> int:
