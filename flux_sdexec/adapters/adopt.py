@@ -10,7 +10,7 @@ from flux_sdexec.errors import RequestError
 from flux_sdexec.events import UnitChanged
 from flux_sdexec.protocol import ExecRequest
 from flux_sdexec.sdproc import SdProc
-from flux_sdexec.adapters import teardown
+from flux_sdexec.adapters.systemd import teardown
 
 
 def adopt_leftovers(svc):

@@ -12,14 +12,15 @@ import errno
 import json
 
 from flux_sdexec import handoff, unitstate
-from flux_sdexec.adapters import adopt, cgroup, guard, teardown
+from flux_sdexec.adapters import adopt, cgroup
 from flux_sdexec.adapters.actions import ActionRunner
-from flux_sdexec.adapters.bus import BusWatcher
-from flux_sdexec.adapters.watchers import Watchers
 from flux_sdexec.adapters.mapper_client import MapperLookups
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.outbox import Outbox
-from flux_sdexec.adapters.systemd import SystemdBridge
+from flux_sdexec.adapters.systemd import guard, teardown
+from flux_sdexec.adapters.systemd.bridge import SystemdBridge
+from flux_sdexec.adapters.systemd.bus import BusWatcher
+from flux_sdexec.adapters.watchers import Watchers
 from flux_sdexec.errors import RequestError, UnitError
 from flux_sdexec.events import (
     KillUnit,

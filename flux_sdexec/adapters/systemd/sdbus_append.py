@@ -8,7 +8,7 @@ basic type (most of them): six calls and as many Python frames each before.
 Raises OSError.
 """
 
-from flux_sdexec.adapters.sdbus import check, ffi, lib
+from flux_sdexec.adapters.systemd.sdbus import check, ffi, lib
 
 _CTYPE = {
     b"y": "uint8_t *",

@@ -7,7 +7,7 @@ over starts it, the next sdexec stops it at load (it then tracks the units).
 import os
 
 from flux_sdexec import handoff
-from flux_sdexec.adapters import teardown
+from flux_sdexec.adapters.systemd import teardown
 from flux_sdexec.errors import UnitError
 
 _PASSED_ENV = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")  # what systemctl --user needs

@@ -20,7 +20,7 @@ The split (measured, see README "Performance"):
   through dbus-daemon, and systemd skips the bus lookups it makes for each job's requester:
   a unit's start-to-EOF cycle measured 3.3 ms instead of 4.0 ms. A private connection gets
   every signal of the manager, unasked; pump() drops what is not a watched unit's.
-- Rare calls, on pystemd (systemd_rare.py, a second connection opened when needed): listing units
+- Rare calls, on pystemd (rare.py, a second connection opened when needed): listing units
   (adoption, unload) and reading all properties of a unit (adoption, after a reconnect).
   They need a general D-Bus decoder, and they are not on a latency-critical path. A unit's
   signals and its GetAll answer then come over two connections: pump() before GetAll.
@@ -48,11 +48,11 @@ import errno
 import os
 import time
 
-from flux_sdexec.adapters import sdbus
-from flux_sdexec.adapters.sdbus import METHOD_ERROR, SIGNAL, ffi, lib
-from flux_sdexec.adapters.sdbus_append import append, append_all, append_properties
-from flux_sdexec.adapters.sdbus_props import PropsDecoder
-from flux_sdexec.adapters.systemd_rare import RareCalls
+from flux_sdexec.adapters.systemd import sdbus
+from flux_sdexec.adapters.systemd.sdbus import METHOD_ERROR, SIGNAL, ffi, lib
+from flux_sdexec.adapters.systemd.sdbus_append import append, append_all, append_properties
+from flux_sdexec.adapters.systemd.sdbus_props import PropsDecoder
+from flux_sdexec.adapters.systemd.rare import RareCalls
 from flux_sdexec.errors import UnitError
 
 SYSTEMD = b"org.freedesktop.systemd1"
@@ -254,7 +254,7 @@ class SystemdBridge:
             raise UnitError(errno.ECONNRESET, LOST)
         return self._bus
 
-    # ---- the rare calls, on pystemd (systemd_rare.py) ----
+    # ---- the rare calls, on pystemd (rare.py) ----
 
     def get_unit_properties(self, unit: str) -> dict:
         """Unit and Service properties of the unit, merged and decoded.

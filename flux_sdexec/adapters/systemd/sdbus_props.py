@@ -9,7 +9,7 @@ after each read, and a variant of another type makes the read fail, so a layout
 that changed (a new systemd, another property set) is learnt again.
 """
 
-from flux_sdexec.adapters.sdbus import ffi, lib
+from flux_sdexec.adapters.systemd.sdbus import ffi, lib
 
 # the basic types a tracked property may have, and how to read them back
 _VALUE = {
