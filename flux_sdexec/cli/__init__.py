@@ -1,0 +1,1 @@
+"""``flux sdexec`` subcommands: one module each, registered in ``main.SUBCOMMANDS``."""

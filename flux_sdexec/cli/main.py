@@ -1,0 +1,27 @@
+"""Entry point of ``flux sdexec``: one argparse subcommand per module of this package.
+
+Each module in SUBCOMMANDS has ``register(subparsers)``, which adds its parser and sets
+``func(args) -> exit status`` as the parser's default.
+"""
+
+import argparse
+import importlib
+
+SUBCOMMANDS = ("status", "units", "map", "upgrade")
+
+
+def parser():
+    """The whole command line of ``flux sdexec``."""
+    top = argparse.ArgumentParser(
+        prog="flux sdexec", description="See and manage the sdexec service on every rank."
+    )
+    subparsers = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"flux_sdexec.cli.{name}").register(subparsers)
+    return top
+
+
+def main(argv=None):
+    """Run one subcommand; its exit status is ours."""
+    args = parser().parse_args(argv)
+    return args.func(args)
