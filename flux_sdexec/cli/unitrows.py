@@ -2,8 +2,8 @@
 
 Job shells carry the job id in their label (flux-core's bgexec: ``shell-<rank>-<f58plain>``,
 ``imp-shell-...`` for multi-user jobs) or unit name (bulk-exec's verbatim
-``shell-<rank>-<f58plain>.service``); ``job_id`` reads it back as ``ƒ...``.
-Pure: stdlib only.
+``shell-<rank>-<f58plain>.service``); ``job_id`` reads it back (f58plain, which the command
+prints as flux does: ``ƒ`` in a UTF-8 locale). Pure: stdlib only.
 """
 
 import re
@@ -17,9 +17,9 @@ UNTRACKED = "untracked"
 
 
 def job_id(name):
-    """The job id in a job shell's label or unit name (``ƒ...``), or None."""
+    """The job id in a job shell's label or unit name, as f58plain (``f...``), or None."""
     m = _SHELL_RE.match(name or "")
-    return f"ƒ{m.group(1)}" if m else None
+    return f"f{m.group(1)}" if m else None
 
 
 def _when(epoch):
@@ -28,12 +28,18 @@ def _when(epoch):
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
 
 
-def rows(answers):
+def rows(answers, encode=str):
     """One row per process of each rank's answer, in rank order, tracked ones first.
 
     Args:
         answers: ``{rank: sdexec.units payload}``.
+        encode: a job id (f58plain) -> its printed form (the command: flux's f58).
     """
+
+    def jobid(entry):
+        plain = job_id(entry.get("label")) or job_id(entry["unit"])
+        return encode(plain) if plain else None
+
     out = []
     for rank in sorted(answers):
         a = answers[rank]
@@ -42,7 +48,7 @@ def rows(answers):
                 {
                     "rank": rank,
                     "unit": p["unit"],
-                    "jobid": job_id(p.get("label")) or job_id(p["unit"]),
+                    "jobid": jobid(p),
                     "state": p["state"],
                     "pid": p["pid"] if p.get("pid", -1) > 0 else None,
                     "start": _when(p.get("started")),
@@ -54,7 +60,7 @@ def rows(answers):
                 {
                     "rank": rank,
                     "unit": u["unit"],
-                    "jobid": job_id(u.get("label")) or job_id(u["unit"]),
+                    "jobid": jobid(u),
                     "state": f"{UNTRACKED} ({u.get('unit_state')})",
                     "label": u.get("label"),
                 }

@@ -8,6 +8,8 @@ after an incident). Exit status 1 if a rank gave no answer (said on stderr).
 import json
 import sys
 
+from flux.job import JobID
+
 from flux_sdexec.cli import ask, unitrows
 
 
@@ -43,7 +45,7 @@ def run(args):
             failed = True
             why = a.error[1] if a.error else f"no answer within {args.timeout:g}s"
             print(f"flux-sdexec: rank {rank}: {why}", file=sys.stderr)
-    rows = unitrows.rows(got)
+    rows = unitrows.rows(got, lambda plain: JobID(plain).f58)
     if args.output == "json":
         json.dump(rows, sys.stdout, indent=2, ensure_ascii=False)
         print()
