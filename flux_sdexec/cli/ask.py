@@ -78,7 +78,8 @@ def hostnames(h):
 
 
 def compress(hosts):
-    """Hostnames as a hostlist (``node[0-3]``)."""
+    """Hostnames as a hostlist (``node[0-3]``); unknown ones left out."""
+    hosts = [host for host in hosts if host]
     return str(Hostlist(hosts).uniq()) if hosts else "-"
 
 
@@ -87,4 +88,5 @@ def connect():
     try:
         return flux.Flux()
     except OSError as exc:
-        raise OSError(exc.errno or errno.ENOENT, f"cannot connect to flux: {exc}") from None
+        text = exc.strerror or str(exc)
+        raise OSError(exc.errno or errno.ENOENT, f"cannot connect to flux: {text}") from None

@@ -5,6 +5,7 @@ of this instance that systemd holds on a rank and its sdexec does not track (lef
 after an incident). Exit status 1 if a rank gave no answer (said on stderr).
 """
 
+import errno
 import json
 import sys
 
@@ -43,7 +44,12 @@ def run(args):
         a = answers[rank]
         if a.payload is None:
             failed = True
-            why = a.error[1] if a.error else f"no answer within {args.timeout:g}s"
+            if a.error is None:
+                why = f"no answer within {args.timeout:g}s"
+            elif a.error[0] == errno.ENOSYS:
+                why = "no sdexec.units here (sdexec unloaded, or not ours)"
+            else:
+                why = a.error[1]
             print(f"flux-sdexec: rank {rank}: {why}", file=sys.stderr)
     rows = unitrows.rows(got, lambda plain: JobID(plain).f58)
     if args.output == "json":

@@ -161,6 +161,31 @@ test_sdexec_cli() {
 		kill -CONT $pid &&
 		sdexec_wait_until flux sdexec status
 	'
+	test_expect_success 'sdexec.units refuses a malformed request: EPROTO, or EINVAL for all' '
+		cat >units-rpc.py <<-\EOT &&
+		import errno, sys, flux
+		h = flux.Flux()
+		for payload, code in (("[]", errno.EPROTO), ({"x": 1}, errno.EPROTO),
+		                      ({"all": 1}, errno.EINVAL), (None, errno.EPROTO)):
+		    try:
+		        h.rpc("sdexec.units", payload, nodeid=1).get()
+		        sys.exit(f"{payload!r}: answered")
+		    except OSError as exc:
+		        print(payload, exc.errno, exc.strerror)
+		        assert exc.errno == code, (payload, exc.errno)
+		EOT
+		flux python units-rpc.py >units-rpc.out &&
+		test_debug "cat units-rpc.out" &&
+		test $(wc -l <units-rpc.out) -eq 4
+	'
+	test_expect_success 'waitable processes: counted running and zombie on their rank' '
+		$sdexec -r 1 --bg --waitable --label=kept sleep 300 &&
+		$sdexec -r 1 --bg --waitable --label=over true &&
+		sdexec_wait_until sh -c "$sproc_ps -r 1 | grep -E \" Z +over\"" &&
+		status_json &&
+		jq -e ".ranks[1] | .tracked == 2 and .running == 1 and .zombie == 1" status.json &&
+		jq -e ".groups[0] | .tracked == 2 and .running == 1 and .zombie == 1" status.json
+	'
 	test_expect_success 'a rank whose sdexec is unloaded: marked unloaded, exit 1' '
 		flux exec -r 1 flux module remove sdexec &&
 		test_expect_code 1 flux sdexec status >status-unloaded.out &&
@@ -169,7 +194,9 @@ test_sdexec_cli() {
 		grep -F "rank 1 (" status-unloaded.out | grep "unloaded: sdexec is not loaded" &&
 		status_json &&
 		jq -e ".healthy == false and .ranks[1].state == \"unloaded\" and
-			([.ranks[] | select(.state == \"ok\")] | length) == $LAST" status.json
+			([.ranks[] | select(.state == \"ok\")] | length) == $LAST" status.json &&
+		test_expect_code 1 flux sdexec units 2>units-unloaded.err &&
+		grep "rank 1: no sdexec.units here (sdexec unloaded, or not ours)" units-unloaded.err
 	'
 	test_expect_success "flux-core's C sdexec on a rank: not ours, exit 1" '
 		flux exec -r 1 flux module load sdexec &&
@@ -178,12 +205,21 @@ test_sdexec_cli() {
 		test_debug "cat status-c.out" &&
 		rows status-c.out | grep -E "^not-ours +1 +1 "
 	'
-	test_expect_success 'our sdexec loaded again: every rank healthy, exit 0' '
+	test_expect_success 'our sdexec loaded again: healthy, the waitables adopted, exit 0' '
 		flux exec -r 1 flux module remove -f sdexec &&
 		flux exec -r 1 flux module load $SDEXEC_MODULE &&
 		sdexec_wait_until sdexec_rank_ok 1 &&
 		flux sdexec status >status-end.out &&
-		test_debug "cat status-end.out"
+		test_debug "cat status-end.out" &&
+		rows status-end.out | grep -E "^ok +1 +1 .* 2 +1 +1 +2 +warn " &&
+		flux sdexec units -r 1 >units-adopted.out &&
+		test_debug "cat units-adopted.out" &&
+		rows units-adopted.out | grep -E "^ *1 +kept-1:$SDEXEC_INSTANCE.service +- +running +[0-9]+ +[-0-9T:]+ +kept\$" &&
+		rows units-adopted.out | grep -E "^ *1 +over-1:$SDEXEC_INSTANCE.service +- +zombie .* over\$" &&
+		$sproc_kill -r 1 9 kept &&
+		test_expect_code 137 $sproc_wait -r 1 kept &&
+		$sproc_wait -r 1 over &&
+		flux sdexec status
 	'
 	test_expect_success 'no unit is left' '
 		sdexec_check_no_units
