@@ -22,7 +22,9 @@ def register(subparsers):
         description="List the processes sdexec runs for this instance on each rank: rank, "
         "unit, job id, state, pid, start time, label.",
     )
-    sub.add_argument("-r", "--ranks", metavar="IDSET", default="all", help="default: all")
+    sub.add_argument(
+        "-r", "--ranks", metavar="IDSET", default="all", help="ranks to ask (default: all)"
+    )
     sub.add_argument(
         "-a",
         "--all",
@@ -30,7 +32,14 @@ def register(subparsers):
         help="also the units of this instance systemd holds that sdexec does not track",
     )
     sub.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    sub.add_argument("-t", "--timeout", type=float, default=5.0, metavar="SECONDS")
+    sub.add_argument(
+        "-t",
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for the ranks' answers (default 5)",
+    )
     sub.set_defaults(func=run)
 
 
