@@ -2,6 +2,10 @@
 PYTHON ?= python3
 PREFIX ?= /usr/local
 MODULE_DIR ?= $(PREFIX)/libexec/flux-sdexec
+FLUX_CMD_DIR ?= $(shell (flux config builtin --installed exec_path 2>/dev/null || \
+	pkg-config --variable=fluxcmddir flux-core 2>/dev/null) | cut -d: -f1)
+FLUX_PYTHON ?= $(shell flux python -c 'import sys; print(sys.executable)' 2>/dev/null || \
+	echo $(PYTHON))
 SHARNESS_TESTS := $(sort $(wildcard t/t[0-9]*.t))
 # flux-core from a release tarball (make flux-core); its build tree (FLUX_CORE_BUILD,
 # default /var/tmp/flux-sdexec/<tarball name>) serves check-upstream.
@@ -51,10 +55,16 @@ deps:
 flux-core:
 	scripts/flux-core.sh
 
+# The package for flux's own Python (the broker's modules and flux's commands run under it),
+# the module files, and `flux sdexec` in flux-core's command directory, asked of flux
+# itself (or pkg-config); FLUX_CMD_DIR=... overrides.
 install:
-	$(PYTHON) -m pip install .
+	@test -n "$(FLUX_CMD_DIR)" || { echo "install: cannot find flux's command directory" \
+		"(no flux on PATH, no flux-core.pc); set FLUX_CMD_DIR" >&2; exit 1; }
+	$(FLUX_PYTHON) -m pip install .
 	install -D -m 0644 flux_sdexec/modules/sdexec.py $(DESTDIR)$(MODULE_DIR)/sdexec.py
 	install -D -m 0644 flux_sdexec/modules/sdexec-mapper.py $(DESTDIR)$(MODULE_DIR)/sdexec-mapper.py
+	install -D -m 0755 cmd/flux-sdexec.py $(DESTDIR)$(FLUX_CMD_DIR)/flux-sdexec.py
 
 demo:
 	@scripts/prereqs.sh flux systemd python

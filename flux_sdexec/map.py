@@ -2,6 +2,7 @@
 
     python3 -m flux_sdexec.map --cores 0-3 [--gpus 0] [--xml FILE] [--mapper CLASS]
                                [--allowed-devices PATTERN ...]
+    flux sdexec map ...        (the same options and output)
 
 Without ``--xml`` the topology is this machine's (read by libhwloc); without
 ``--cores`` and ``--gpus`` every core and GPU of the topology is used. Prints the
@@ -29,11 +30,11 @@ def build_R(cores, gpus, rank=0):
     return {"version": 1, "execution": {"R_lite": [{"rank": str(rank), "children": children}]}}
 
 
-def _parser():
-    p = argparse.ArgumentParser(
-        prog="python3 -m flux_sdexec.map",
-        description="Print the systemd unit properties a mapper gives for resource ids.",
-    )
+DESCRIPTION = "Print the systemd unit properties a mapper gives for resource ids."
+
+
+def add_arguments(p):
+    """The options, on argparse parser ``p`` (``flux sdexec map`` has the same)."""
     p.add_argument("--cores", metavar="IDSET", help="logical cores, e.g. 0-3 (default: all)")
     p.add_argument("--gpus", metavar="IDSET", help="logical GPUs, e.g. 0-1")
     p.add_argument("--xml", metavar="FILE", help="hwloc topology XML (default: this machine)")
@@ -49,9 +50,8 @@ def _parser():
     return p
 
 
-def main(argv=None):
-    """CLI entry point; returns the exit code."""
-    opts = _parser().parse_args(argv)
+def run(opts):
+    """Print the properties for parsed options ``opts``; returns the exit code."""
     try:
         patterns = allowed.parse(opts.allowed_devices)
         if opts.xml:
@@ -76,6 +76,12 @@ def main(argv=None):
         return 1
     print(json.dumps(props, indent=2))
     return 0
+
+
+def main(argv=None):
+    """CLI entry point; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python3 -m flux_sdexec.map", description=DESCRIPTION)
+    return run(add_arguments(parser).parse_args(argv))
 
 
 if __name__ == "__main__":

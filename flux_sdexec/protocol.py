@@ -198,6 +198,16 @@ def parse_target(payload, verb):
     return pid, label or None
 
 
+def parse_units(payload):
+    """``{all?}`` of ``sdexec.units``: returns whether untracked units are asked for too."""
+    if not isinstance(payload, dict) or set(payload) - {"all"}:
+        raise RequestError(errno.EPROTO, "malformed units request")
+    everything = payload.get("all", False)
+    if not isinstance(everything, bool):
+        raise RequestError(errno.EINVAL, "units: all must be true or false")
+    return everything
+
+
 def parse_kill(payload):
     """``sdexec.kill`` payload: returns (pid, label, signum)."""
     pid, label = parse_target(payload, "kill")

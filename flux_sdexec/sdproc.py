@@ -84,6 +84,7 @@ class SdProc:
         self.waiter = None  # the parked sdexec.wait request
         self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
         self.state = ProcState.STARTING  # where the process is (table.py)
+        self.started_at = None  # wall-clock start (epoch s), set by the adapter; sdexec.units
 
     def draft(self, unit=None):
         """A copy that a handler may change; ``commit()`` adopts it if the table allows.

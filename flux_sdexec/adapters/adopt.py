@@ -14,7 +14,8 @@ from flux_sdexec.adapters.systemd import teardown
 
 
 def adopt_leftovers(svc):
-    """Track this rank's leftover units in ``svc`` (an SdexecService)."""
+    """Track this rank's leftover units in ``svc`` (an SdexecService); returns how many."""
+    adopted = 0
     for unit, _, _ in svc.bridge.list_units([svc.namer.glob]):
         ours, label = svc.namer.parse(unit)
         if not ours:
@@ -37,8 +38,12 @@ def adopt_leftovers(svc):
             svc.registry.add(p)
             svc.bridge.watch(unit)
             p.watching = True
+            start_usec = props.get("ExecMainStartTimestamp")
+            p.started_at = start_usec / 1e6 if start_usec else None
             svc.feed(p, UnitChanged(props))
+            adopted += 1
             svc.log.info(f"adopted {unit} ({p.unit.state}, pid {p.pid})")
         except OSError as exc:
             svc.log.error(f"{unit}: cannot adopt ({exc}), letting it go")
             teardown.let_go(svc.bridge, svc.log, unit, props.get("ActiveState", "active"))
+    return adopted

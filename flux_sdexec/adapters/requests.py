@@ -1,14 +1,16 @@
 """The sdexec RPCs: each validates its request and feeds the state machine.
 
 ``exec`` starts a unit (responses then follow from systemd's signals), ``write``
-feeds stdin, ``kill``/``wait``/``list``/``stats-get`` look processes up, and
+feeds stdin, ``kill``/``wait``/``list``/``stats-get``/``units`` look processes up, and
 ``disconnect`` tells the processes of a client that went away.
 """
 
 import dataclasses
 import errno
+import time
 
 from flux_sdexec import enforcement, properties, protocol, responses
+from flux_sdexec.adapters import introspect
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
 from flux_sdexec.adapters.messages import (
     Request,
@@ -62,6 +64,7 @@ class Requests:
             fds = {c.name: c.io.remote_fd() for c in channels}
             props = properties.start_properties(req.cmdline, req.cwd, environment, fds, req.opts)
             svc.registry.add(p)
+            p.started_at = time.time()
             svc.bridge.watch(unit)
             p.watching = True
             if svc.debug:
@@ -169,19 +172,13 @@ class Requests:
         self.svc.responder.respond(msg, {"rank": self.svc.rank, "procs": procs})
 
     def stats(self, msg):
-        """``sdexec.stats-get``: per-unit state and channel fds."""
-        procs = {}
-        for p in self.svc.registry:
-            procs[p.unit.name] = {
-                "state": p.unit.state,
-                "pid": p.pid,
-                **{
-                    key: c.io.stats() if c.io else None
-                    for key, c in zip(("in", "out", "err"), (p.in_, p.out, p.err))
-                },
-            }
-        stats = {"procs": procs, "containment": self.svc.containment.stats()}
-        self.svc.responder.respond(msg, stats)
+        """``sdexec.stats-get``: per-unit state and channel fds, and the module's own facts."""
+        self.svc.responder.respond(msg, introspect.stats(self.svc))
+
+    def units(self, msg):
+        """``sdexec.units``: the tracked processes (and, asked for, the untracked units)."""
+        untracked = protocol.parse_units(payload_of(msg, "units"))
+        self.svc.responder.respond(msg, introspect.units(self.svc, untracked))
 
     def disconnect(self, msg):
         """RFC 6 disconnect: tell the client's processes and the ones it waits on."""

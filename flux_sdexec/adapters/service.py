@@ -54,6 +54,7 @@ class SdexecService:
         unload_policy: ``[systemd] sdexec-unload``.
         containment_check: ``[sdexec] containment-check``.
         broker_pid: the broker's pid, watched by the guard of handed-over units.
+        module_file: the module file loaded (stats-get says which).
     """
 
     def __init__(
@@ -67,6 +68,7 @@ class SdexecService:
         unload_policy=handoff.KEEP_WAITABLE,
         containment_check="enforce",
         broker_pid=None,
+        module_file=None,
     ):
         self.h = handle
         self.log = log
@@ -77,6 +79,7 @@ class SdexecService:
         self.unload_policy = unload_policy
         self.containment = cgroup.ContainmentChecker(log, containment_check)
         self.broker_pid = broker_pid
+        self.module_file = module_file
         self.guard = handoff.guard_unit(namer.instance, rank)
         self.registry = Registry()
         self.watchers = Watchers(handle, log)
@@ -95,7 +98,7 @@ class SdexecService:
             lambda: self.debug,
         )
         guard.stop(self.bridge, self.log, self.guard)
-        adopt.adopt_leftovers(self)
+        self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
         self.bus.pump()
 
     def feed(self, p, event, pump=False):

@@ -6,6 +6,7 @@ Each module in SUBCOMMANDS has ``register(subparsers)``, which adds its parser a
 
 import argparse
 import importlib
+import sys
 
 SUBCOMMANDS = ("status", "units", "map", "upgrade")
 
@@ -22,6 +23,12 @@ def parser():
 
 
 def main(argv=None):
-    """Run one subcommand; its exit status is ours."""
+    """Run one subcommand; its exit status is ours (1, said on stderr, if it raised
+    OSError or ValueError: no instance to talk to, a bad idset)."""
     args = parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (OSError, ValueError) as exc:
+        text = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        print(f"flux-sdexec {args.command}: {text}", file=sys.stderr)
+        return 1

@@ -59,6 +59,7 @@ class SdexecModule(BrokerModule):
                 unload_policy=config.sdexec_unload(conf),
                 containment_check=config.containment_check(conf),
                 broker_pid=_attr(h, "broker.pid"),
+                module_file=str(Path(__file__).resolve()),
             )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
@@ -112,6 +113,10 @@ class SdexecModule(BrokerModule):
     @request_handler("stats-get")
     def stats_get(self, msg):
         self.service.serve(msg, "stats-get", self.requests.stats, remote_ok=True)
+
+    @request_handler("units")
+    def units(self, msg):
+        self.service.serve(msg, "units", self.requests.units, remote_ok=True)
 
     @request_handler("disconnect")
     def disconnect(self, msg):

@@ -161,3 +161,16 @@ def test_output_encoder_bytes_fast_path_is_byte_identical(eof):
         chunks.append(b"".join(bytes([c]) if isinstance(c, int) else c for c in parts))
     for chunk in chunks:
         assert enc.data(chunk, eof) == _reference_output("stdout", "0", 7, chunk, eof), chunk
+
+
+def test_parse_units_payloads():
+    """sdexec.units takes {} or {"all": bool}: anything else is EPROTO, a non-bool all EINVAL."""
+    assert protocol.parse_units({}) is False
+    assert protocol.parse_units({"all": True}) is True
+    for bad in (None, [], "all", {"all": True, "ranks": "0"}):
+        with pytest.raises(RequestError) as e:
+            protocol.parse_units(bad)
+        assert e.value.errno == errno.EPROTO
+    with pytest.raises(RequestError) as e:
+        protocol.parse_units({"all": 1})
+    assert e.value.errno == errno.EINVAL

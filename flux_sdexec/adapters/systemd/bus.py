@@ -39,6 +39,7 @@ class BusWatcher:
         self._deadline = None  # when the deadline timer fires, None when not armed
         self._timer = watchers.timer(0, self._expire, "bus deadline")
         self._pumping = False
+        self.reconnects = 0  # connections to systemd re-opened since load (stats-get)
         # called from the watchers and after every systemd call: never raises
         self.pump = guarded(log, "bus", self._pump)
         self._watch()
@@ -110,5 +111,6 @@ class BusWatcher:
             self._retry = self._watchers.timer(RETRY_SEC, self._reconnect, "reconnect")
             self._retry.start()
             return
+        self.reconnects += 1
         self._watch()
         self._on_reconnected()

@@ -1,0 +1,152 @@
+"""flux sdexec status without flux: judging each rank's answer, folding, the table."""
+
+import errno
+
+from flux_sdexec.cli import report
+
+MODULE = "/usr/local/libexec/flux-sdexec/sdexec.py"
+CPU_REASON = "cpuset.cpus unavailable (is cpuset controller delegated to the user instance?)"
+
+
+def stats(policy="enforce", constraints=None, running=0, zombie=0, adopted=0, reconnects=0):
+    """A stats-get answer of our module (the fields status reads, as the module sends them)."""
+    return {
+        "procs": {},
+        "version": "0.1.0",
+        "module": MODULE,
+        "systemd": {"kind": "private", "via": "/run/user/0/systemd/private"},
+        "reconnects": reconnects,
+        "tracked": {"starting": 0, "running": running, "finished": 0, "zombie": zombie},
+        "adopted": adopted,
+        "containment": {"policy": policy, "constraints": constraints or {}},
+    }
+
+
+def not_enforced(reason, **extra):
+    """One constraint's tally entry with one start that found it not enforced."""
+    return {"enforced": 0, "not-enforced": 1, "not-checkable": 0, "last_reason": reason, **extra}
+
+
+def test_judge_our_module_healthy():
+    """Our module's answer: every field status shows, counts from the tracked states."""
+    r = report.judge(3, "node3", stats(running=2, zombie=1, adopted=4))
+    assert r == {
+        "rank": 3,
+        "host": "node3",
+        "state": "ok",
+        "healthy": True,
+        "detail": None,
+        "version": "0.1.0",
+        "module": MODULE,
+        "systemd": "private",
+        "via": "/run/user/0/systemd/private",
+        "reconnects": 0,
+        "policy": "enforce",
+        "not_enforced": {},
+        "tracked": 3,
+        "running": 2,
+        "zombie": 1,
+        "adopted": 4,
+    }
+
+
+def test_judge_silent_unloaded_foreign_and_failed_ranks_are_unhealthy():
+    """No answer, ENOSYS, the C module's answer (procs only), an unreachable rank, another
+    error: each unhealthy, saying why."""
+    cases = [
+        (dict(timeout=2.5), "unreachable", "no answer within 2.5s"),
+        (dict(error=(errno.ENOSYS, "Function not implemented")), "unloaded", None),
+        (dict(answer={"procs": {}}), "not-ours", None),
+        (dict(error=(errno.EHOSTUNREACH, "No route to host")), "unreachable", "No route to host"),
+        (dict(error=(errno.EPERM, "Operation not permitted")), "error", "Operation not permitted"),
+    ]
+    for kwargs, state, detail in cases:
+        r = report.judge(1, "n1", **kwargs)
+        assert (r["state"], r["healthy"]) == (state, False)
+        assert r["detail"] == detail or (detail is None and r["detail"])
+        assert r["version"] is None and r["running"] is None
+
+
+def test_judge_not_enforced_is_unhealthy_only_under_enforce():
+    """A constraint some start found not enforced: shown under every policy, a failure only
+    under enforce; unknown keys of the tally (a newer module's) are ignored."""
+    constraints = {
+        "AllowedCPUs": not_enforced(CPU_REASON, hierarchy="v2"),
+        "MemoryMax": {"enforced": 3, "not-enforced": 0, "not-checkable": 0, "last_reason": ""},
+    }
+    warn = report.judge(0, "n0", stats("warn", constraints))
+    enforce = report.judge(0, "n0", stats("enforce", constraints))
+    assert (warn["state"], warn["healthy"]) == ("ok", True)
+    assert (enforce["state"], enforce["healthy"]) == ("not-enforced", False)
+    assert warn["not_enforced"] == enforce["not_enforced"] == {"AllowedCPUs": CPU_REASON}
+
+
+def test_fold_groups_alike_ranks_and_sums_counts():
+    """Ranks differing only in host and counts share a row; counts are summed; a rank
+    that differs otherwise (unloaded, another reconnect count) gets its own row."""
+    records = [
+        report.judge(0, "n0", stats(running=1)),
+        report.judge(1, "n0", stats(running=2, zombie=1)),
+        report.judge(2, "n1", error=(errno.ENOSYS, "")),
+        report.judge(3, "n1", stats(adopted=5)),
+        report.judge(4, "n2", stats(reconnects=1)),
+    ]
+    groups = report.fold(reversed(records))
+    assert [(g["ranks"], g["hosts"], g["state"]) for g in groups] == [
+        ([0, 1, 3], ["n0", "n1"], "ok"),
+        ([2], ["n1"], "unloaded"),
+        ([4], ["n2"], "ok"),
+    ]
+    assert [(g["running"], g["zombie"], g["adopted"], g["tracked"]) for g in groups] == [
+        (3, 1, 5, 4),
+        (None, None, None, None),
+        (0, 0, 0, 0),
+    ]
+
+
+def test_lines_one_row_per_group_then_reasons_and_problems():
+    """The table has a header and one row per group; a note names each constraint not
+    enforced with its reason, and each unhealthy group with its detail."""
+    records = [
+        report.judge(r, f"n{r}", stats("warn", {"AllowedCPUs": not_enforced(CPU_REASON)}))
+        for r in range(3)
+    ] + [report.judge(3, "n3", timeout=5)]
+    text = report.lines(report.fold(records), hostlist=lambda hosts: "+".join(hosts))
+    assert text[0].split() == [
+        "STATE",
+        "NRANKS",
+        "RANKS",
+        "HOSTS",
+        "VERSION",
+        "SYSTEMD",
+        "RECONNECTS",
+        "TRACKED",
+        "RUNNING",
+        "ZOMBIE",
+        "ADOPTED",
+        "POLICY",
+        "NOT-ENFORCED",
+        "MODULE",
+    ]
+    assert text[1].split() == [
+        "ok",
+        "3",
+        "0-2",
+        "n0+n1+n2",
+        "0.1.0",
+        "private",
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        "warn",
+        "AllowedCPUs",
+        MODULE,
+    ]
+    assert text[2].split() == ["unreachable", "1", "3", "n3"] + ["-"] * 10
+    assert text[3:] == [
+        f"ranks 0-2 (n0+n1+n2): AllowedCPUs not enforced: {CPU_REASON}",
+        "rank 3 (n3): unreachable: no answer within 5s",
+    ]
+    assert text[1].index("0.1.0") == text[0].index("VERSION")

@@ -1,0 +1,77 @@
+"""flux sdexec units without flux: job ids from labels and unit names, the rows, the table."""
+
+import time
+
+from flux_sdexec.cli import unitrows
+from flux_sdexec.cli.table import render
+
+
+def test_job_id_from_bgexec_labels_and_bulk_exec_unit_names():
+    """bgexec's shell-<rank>-<f58plain> label (imp-shell- for multi-user jobs), a rank-suffixed
+    unit name, bulk-exec's verbatim unit name: the job id (f58plain); anything else: None."""
+    assert unitrows.job_id("shell-0-f2Xz9") == "f2Xz9"
+    assert unitrows.job_id("imp-shell-12-fABC") == "fABC"
+    assert unitrows.job_id("shell-3-fhihGvK-3:t1234abcd.service") == "fhihGvK"
+    assert unitrows.job_id("shell-1-fhihGvK.service") == "fhihGvK"
+    for other in (None, "", "mylabel", "shell-fABC", "shell-0-f0OIl", "xshell-0-fABC"):
+        assert unitrows.job_id(other) is None
+
+
+def test_rows_tracked_then_untracked_per_rank():
+    """Each rank's tracked processes, then (--all) its untracked units; job id from the label,
+    else the unit name, printed by ``encode``; no pid before systemd reported one; start time
+    as local time."""
+    started = 1796115048.2
+    answers = {
+        1: {
+            "rank": 1,
+            "procs": [
+                {
+                    "unit": "shell-1-fA-1:tX.service",
+                    "label": "shell-1-fA",
+                    "state": "running",
+                    "pid": 42,
+                    "started": started,
+                },
+                {"unit": "shell-1-fB.service", "label": None, "state": "starting", "pid": -1},
+            ],
+            "untracked": [
+                {"unit": "left-1:tX.service", "label": "left", "unit_state": "active.running"}
+            ],
+        },
+        0: {"rank": 0, "procs": [], "untracked": []},
+    }
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))
+    assert unitrows.rows(answers, lambda plain: f"<{plain}>") == [
+        {
+            "rank": 1,
+            "unit": "shell-1-fA-1:tX.service",
+            "jobid": "<fA>",
+            "state": "running",
+            "pid": 42,
+            "start": when,
+            "label": "shell-1-fA",
+        },
+        {
+            "rank": 1,
+            "unit": "shell-1-fB.service",
+            "jobid": "<fB>",
+            "state": "starting",
+            "pid": None,
+            "start": None,
+            "label": None,
+        },
+        {
+            "rank": 1,
+            "unit": "left-1:tX.service",
+            "jobid": None,
+            "state": "untracked (active.running)",
+            "label": "left",
+        },
+    ]
+
+
+def test_render_pads_columns_aligns_numbers_right_and_shows_missing_as_dash():
+    """Headers ending in > are right-aligned; None or absent values print as -."""
+    lines = render((("N>", "n"), ("NAME", "name")), [{"n": 7, "name": "a"}, {"n": 123}])
+    assert lines == ["  N NAME", "  7 a", "123 -"]

@@ -1,0 +1,32 @@
+"""What stats-get adds for flux sdexec status: how systemd is reached, processes per state."""
+
+from flux_sdexec.adapters import introspect
+from flux_sdexec.protocol import ExecRequest
+from flux_sdexec.sdproc import SdProc
+from flux_sdexec.states import ProcState
+
+
+def test_systemd_link_private_socket_or_bus():
+    """A socket path is the private connection; anything else (the bridge's bus name) the bus."""
+    path = "/run/user/0/systemd/private"
+    assert introspect.systemd_link(path) == {"kind": "private", "via": path}
+    assert introspect.systemd_link("the user bus") == {"kind": "bus", "via": "the user bus"}
+
+
+def test_tracked_counts_every_live_state_counted():
+    """Every state but DONE has a count, zero when no process is in it."""
+    procs = []
+    for n, state in enumerate(
+        (ProcState.RUNNING, ProcState.RUNNING, ProcState.ZOMBIE, ProcState.STARTING)
+    ):
+        p = SdProc(None, ExecRequest(cmdline=["true"], env={}), f"u{n}:tX.service")
+        p.state = state
+        procs.append(p)
+    assert introspect.tracked_counts(procs) == {
+        "starting": 1,
+        "running": 2,
+        "finished": 0,
+        "failed": 0,
+        "zombie": 1,
+        "releasing": 0,
+    }
