@@ -126,24 +126,45 @@ class UnitCgroups:
 
 
 class _Unit:
-    """One unit's own cgroup in each hierarchy, read through ``UnitCgroups.read``."""
+    """One unit's own cgroup in each hierarchy, read through ``UnitCgroups.read``.
+
+    The unit's cgroup path is found on the hierarchy systemd tracks processes in (v2, or
+    ``name=systemd`` on legacy), where systemd's manager attaches the main process before
+    its pid is known. The child attaches itself to the v1 controller hierarchies a moment
+    later, so those are looked up by that same path (systemd uses one path in every
+    hierarchy), not by where the process happens to be yet.
+    """
 
     def __init__(self, cg, name):
         self.cg, self.name, self.layout = cg, name, cg.layout
-        self.dirs = {h: unit_dir(path, name) for h, path in cg.paths.items()}
+        self.path = self.tracker = None
+        for hierarchy in (V2, "name=systemd"):
+            path = unit_dir(cg.paths.get(hierarchy), name)
+            if path is not None:
+                self.path, self.tracker = path, hierarchy
+                break
+        self._own = {}
         self._v2 = None
 
+    def own(self, hierarchy):
+        """The unit's cgroup path when it has a cgroup of its own in ``hierarchy``, else None."""
+        if hierarchy not in self._own:
+            there = self.path is not None and hierarchy in self.cg.paths
+            if there and self.cg.read(hierarchy, self.path, "cgroup.procs") is None:
+                there = False
+            self._own[hierarchy] = self.path if there else None
+        return self._own[hierarchy]
+
     def read(self, hierarchy, name):
-        directory = self.dirs.get(hierarchy)
+        directory = self.own(hierarchy)
         return None if directory is None else self.cg.read(hierarchy, directory, name)
 
     def gone(self):
         """Why nothing can be read (the unit's cgroup is not there), or None."""
-        trackers = [h for h in (V2, "name=systemd") if self.dirs.get(h)]
-        if not trackers:
+        if self.path is None:
             where = ", ".join(f"{h}:{p}" for h, p in sorted(self.cg.paths.items()))
             return f"{self.layout}: the process is in no cgroup of {self.name} ({where or 'none'})"
-        if self.read(trackers[0], "cgroup.procs") is None:
+        if self.own(self.tracker) is None:
             return f"{self.layout}: the unit's cgroup is gone"
         return None
 
@@ -201,8 +222,8 @@ def _verdict(name, want, wanted, unit, host):
     if name == "MemoryHigh":
         outcome, text = _v1_memory_high(want)
         return Verdict(name, outcome, unit.reason(text), label)
-    if unit.dirs[where] is None:
-        why = f"the unit has no v1 {controller} cgroup of its own ({where}:{unit.cg.paths[where]})"
+    if unit.own(where) is None:
+        why = f"the unit has no cgroup of its own in the v1 {where} hierarchy"
         if controller == "cpuset":
             why += f"; systemd applies {name} only on cgroup v2"
         text = f"v1 {v1_file} not read: {why}"
@@ -470,11 +491,11 @@ def _devices(name, want, wanted, unit):
         where = V2 if unit.layout != LEGACY else None
         return Verdict(name, NOT_ENFORCED, unit.reason(USER_MANAGER_DEVICES), _label(where))
     label = _label("devices")
-    if unit.dirs["devices"] is None:
+    if unit.own("devices") is None:
         if multiuser:
             return Verdict(name, NOT_CHECKABLE, unit.reason(IMP_DEVICES), label)
-        own = f"devices:{unit.cg.paths['devices']}"
-        text = f"v1 devices.list not read: the unit has no devices cgroup of its own ({own})"
+        text = "v1 devices.list not read: the unit has no cgroup of its own in the v1 devices"
+        text += " hierarchy"
         return Verdict(name, NOT_ENFORCED, unit.reason(text), label)
     text = unit.read("devices", "devices.list")
     if text is None:

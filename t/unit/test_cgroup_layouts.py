@@ -134,6 +134,27 @@ def test_the_unit_cgroup_is_the_ancestor_named_after_the_unit():
     assert cgroups.unit_dir("/app.slice/other.service", UNIT) is None
 
 
+def test_v1_limits_are_read_before_the_child_joined_its_cgroups(tmp_path):
+    """systemd attaches the main pid to v2 at fork; the child joins the v1 ones later."""
+    tree = Tree(tmp_path, cgroups.HYBRID)
+    text = (tree.proc / str(PID) / "cgroup").read_text()
+    early = "".join(
+        line.rsplit(":", 1)[0] + ":/init.scope\n" if not line.startswith("0::") else line + "\n"
+        for line in text.splitlines()
+    )
+    (tree.proc / str(PID) / "cgroup").write_text(early)
+    tree.write("memory", **{"memory.limit_in_bytes": "52428800"})
+    assert tree.verdicts({"MemoryMax": "50M", "AllowedCPUs": "0"}) == {
+        "MemoryMax": (ENFORCED, "hybrid: v1 memory.limit_in_bytes is 52428800", "v1:memory"),
+        "AllowedCPUs": (
+            NOT_ENFORCED,
+            "hybrid: v1 cpuset.cpus not read: the unit has no cgroup of its own in the v1 cpuset"
+            " hierarchy; systemd applies AllowedCPUs only on cgroup v2",
+            "v1:cpuset",
+        ),
+    }
+
+
 def test_limits_are_read_on_the_unit_cgroup_not_a_sub_cgroup(tmp_path):
     tree = Tree(tmp_path, cgroups.HYBRID)
     text = (tree.proc / str(PID) / "cgroup").read_text()
@@ -358,8 +379,8 @@ def test_hybrid_what_systemd_does_not_apply_on_v1(hybrid):
     )
     assert got["AllowedCPUs"] == (
         NOT_ENFORCED,
-        "hybrid: v1 cpuset.cpus not read: the unit has no v1 cpuset cgroup of its own (cpuset:/);"
-        " systemd applies AllowedCPUs only on cgroup v2",
+        "hybrid: v1 cpuset.cpus not read: the unit has no cgroup of its own in the v1 cpuset"
+        " hierarchy; systemd applies AllowedCPUs only on cgroup v2",
         "v1:cpuset",
     )
     assert got["AllowedMemoryNodes"][1].startswith("hybrid: v1 cpuset.mems not read")
@@ -451,13 +472,14 @@ def test_hybrid_controller_without_a_unit_cgroup(tmp_path):
     got = tree.verdicts({"TasksMax": "5", "CPUQuota": "20%", "DevicePolicy": "closed"})
     assert got["TasksMax"] == (
         NOT_ENFORCED,
-        "hybrid: v1 pids.max not read: the unit has no v1 pids cgroup of its own (pids:/)",
+        "hybrid: v1 pids.max not read: the unit has no cgroup of its own in the v1 pids hierarchy",
         "v1:pids",
     )
     assert got["CPUQuota"][1].startswith("hybrid: v1 cpu.cfs_quota_us not read")
     assert got["DevicePolicy"] == (
         NOT_ENFORCED,
-        "hybrid: v1 devices.list not read: the unit has no devices cgroup of its own (devices:/)",
+        "hybrid: v1 devices.list not read: the unit has no cgroup of its own in the v1 devices"
+        " hierarchy",
         "v1:devices",
     )
 
