@@ -162,7 +162,9 @@ class _Unit:
     def gone(self):
         """Why nothing can be read (the unit's cgroup is not there), or None."""
         if self.path is None:
-            where = ", ".join(f"{h}:{p}" for h, p in sorted(self.cg.paths.items()))
+            where = ", ".join(
+                f"{h}:{self.cg.paths[h]}" for h in (V2, "name=systemd") if h in self.cg.paths
+            )
             return f"{self.layout}: the process is in no cgroup of {self.name} ({where or 'none'})"
         if self.own(self.tracker) is None:
             return f"{self.layout}: the unit's cgroup is gone"
@@ -223,10 +225,9 @@ def _verdict(name, want, wanted, unit, host):
         outcome, text = _v1_memory_high(want)
         return Verdict(name, outcome, unit.reason(text), label)
     if unit.own(where) is None:
-        why = f"the unit has no cgroup of its own in the v1 {where} hierarchy"
+        text = f"v1 {v1_file} not read: the unit has no v1 {where} cgroup"
         if controller == "cpuset":
-            why += f"; systemd applies {name} only on cgroup v2"
-        text = f"v1 {v1_file} not read: {why}"
+            text += f" (systemd sets {name} only on cgroup v2)"
         return Verdict(name, NOT_ENFORCED, unit.reason(text), label)
     outcome, text = _V1_RULES[name](name, want, lambda f: unit.read(where, f), host)
     return Verdict(name, outcome, unit.reason(text), label)
@@ -330,13 +331,13 @@ def _v1_memory_high(want):
     if want in ("infinity", "max"):
         return ENFORCED, "no v1 file: v1 has no high limit, and none was asked for"
     return NOT_ENFORCED, (
-        "no v1 equivalent of MemoryHigh: systemd sets it only as v2 memory.high, and v1"
-        " memory.soft_limit_in_bytes orders reclaim under global pressure, it does not throttle"
-        " (use MemoryMax)"
+        "MemoryHigh has no v1 equivalent (memory.high is v2 only;"
+        " memory.soft_limit_in_bytes does not throttle)"
     )
 
 
 def _v1_memory_swap(name, want, read, host):
+    """v1 caps memory plus swap: memsw minus the memory limit is the swap allowed."""
     memsw, mem = "memory.memsw.limit_in_bytes", "memory.limit_in_bytes"
     both, have_mem = _stripped(read(memsw)), _stripped(read(mem))
     if both is None:
@@ -354,18 +355,17 @@ def _v1_memory_swap(name, want, read, host):
             NOT_CHECKABLE,
             f"v1 {memsw}, {mem}: cannot interpret {both!r}, {have_mem!r}, {want!r}",
         )
-    seen = f"v1 {memsw} is {_shown(both, 'v1')}, {mem} is {_shown(have_mem, 'v1')}"
-    if swap is None:
-        if both_v is None:
-            return ENFORCED, seen
-        return NOT_ENFORCED, f"{seen}, expected no memory+swap limit"
     if both_v is None:
-        return NOT_ENFORCED, f"{seen}: no memory+swap limit (systemd sets MemorySwapMax only on v2)"
+        if swap is None:
+            return ENFORCED, f"v1 {memsw} has no limit"
+        return NOT_ENFORCED, f"v1 {memsw} has no limit (systemd sets MemorySwapMax only on v2)"
     if mem_v is None:
-        return NOT_ENFORCED, f"{seen}: a memory+swap limit without a memory limit caps no swap"
-    if abs(both_v - mem_v - swap) <= slack + host.page:
+        return NOT_ENFORCED, f"v1 {memsw} is {both} but {mem} has no limit: swap is not capped"
+    seen = f"v1 {memsw} - {mem} is {both_v - mem_v}"
+    if swap is not None and abs(both_v - mem_v - swap) <= slack + host.page:
         return ENFORCED, seen
-    return NOT_ENFORCED, f"{seen}, expected memory+swap = memory + {want} ({swap} bytes)"
+    expected = want if swap is None else f"{want} ({swap} bytes)"
+    return NOT_ENFORCED, f"{seen}, expected {expected}"
 
 
 # --- tasks and CPU ------------------------------------------------------------------------
@@ -494,8 +494,7 @@ def _devices(name, want, wanted, unit):
     if unit.own("devices") is None:
         if multiuser:
             return Verdict(name, NOT_CHECKABLE, unit.reason(IMP_DEVICES), label)
-        text = "v1 devices.list not read: the unit has no cgroup of its own in the v1 devices"
-        text += " hierarchy"
+        text = "v1 devices.list not read: the unit has no v1 devices cgroup"
         return Verdict(name, NOT_ENFORCED, unit.reason(text), label)
     text = unit.read("devices", "devices.list")
     if text is None:

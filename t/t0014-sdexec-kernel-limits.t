@@ -39,91 +39,8 @@ counted() {
 field() {
 	containment | jq -r ".constraints.$1.$2"
 }
-# probe PROPERTY CMD...: CMD in a transient unit of the user manager, outside sdexec
-# (collected afterwards, failed or not; bounded).
-probe() {
-	_probe_p=$1
-	shift
-	timeout 60 systemd-run --user --wait --pipe --quiet --collect -p "$_probe_p" "$@"
-}
-
-# The interpreter itself, not a wrapper script that forks (pyenv's shims do) under TasksMax.
-PY=$(python3 -c "import sys; print(sys.executable)")
-
-# The layout, from the mounts (independently of sdexec's reading of them).
-if grep -q " - cgroup2 " /proc/self/mountinfo; then
-	if grep -E " - cgroup [^ ]+ [^ ]*(cpu|memory|pids)" /proc/self/mountinfo >/dev/null; then
-		LAYOUT=hybrid
-	else
-		LAYOUT=unified
-	fi
-else
-	LAYOUT=legacy
-fi
-say "cgroup layout: $LAYOUT"
-
-# forks.py N: fork up to N sleeping children, stop at the first failure; print how many
-# were forked and the errno name of the failure (or none); then kill and reap them all.
-cat >forks.py <<-EOF
-	import errno, os, signal, sys, time
-	children, failure = [], "none"
-	for _ in range(int(sys.argv[1])):
-	    try:
-	        pid = os.fork()
-	    except OSError as exc:
-	        failure = errno.errorcode[exc.errno]
-	        break
-	    if pid == 0:
-	        time.sleep(60)
-	        os._exit(0)
-	    children.append(pid)
-	for pid in children:
-	    os.kill(pid, signal.SIGKILL)
-	    os.waitpid(pid, 0)
-	print(len(children), failure)
-	EOF
-# cpu.sh: spin for half a second, then print the CPU quota of this process's cgroup as
-# the kernel keeps it ("v1 QUOTA PERIOD THROTTLED" or "v2 QUOTA PERIOD THROTTLED").
-cat >cpu.sh <<-'EOF'
-	timeout 0.5 sh -c 'while :; do :; done'
-	v1=$(awk -F: '{ n = split($2, c, ","); for (i = 1; i <= n; i++) if (c[i] == "cpu") print $3 }' /proc/self/cgroup)
-	mnt=$(awk '{ for (i = 1; $i != "-"; i++); if ($(i + 1) == "cgroup") { n = split($(i + 3), o, ",");
-		for (j = 1; j <= n; j++) if (o[j] == "cpu") print $5 } }' /proc/self/mountinfo)
-	if test -n "$v1" && test -r "$mnt$v1/cpu.cfs_quota_us"; then
-		d=$mnt$v1
-		echo v1 $(cat $d/cpu.cfs_quota_us) $(cat $d/cpu.cfs_period_us) \
-			$(awk '$1 == "nr_throttled" { print $2 }' $d/cpu.stat)
-		exit 0
-	fi
-	v2=$(sed -n 's/^0:://p' /proc/self/cgroup)
-	mnt=$(awk '{ for (i = 1; $i != "-"; i++); if ($(i + 1) == "cgroup2") print $5 }' /proc/self/mountinfo)
-	if test -r "$mnt$v2/cpu.max"; then
-		echo v2 $(cat $mnt$v2/cpu.max) $(awk '$1 == "nr_throttled" { print $2 }' $mnt$v2/cpu.stat)
-	fi
-	EOF
-
-if probe MemoryMax=50M "$PY" -c "bytearray(200 << 20)" >/dev/null 2>&1; then
-	say "skip reason: MemoryMax is not enforced here (200M allocated under MemoryMax=50M)"
-else
-	test_set_prereq MEMORY_KILLS
-fi
-probe TasksMax=5 "$PY" "$PWD/forks.py" 10 >probe-forks.out 2>&1
-if test "$(cut -d" " -f2 probe-forks.out)" = EAGAIN; then
-	test_set_prereq TASKS_LIMITED
-else
-	say "skip reason: TasksMax is not enforced here (under TasksMax=5: $(cat probe-forks.out))"
-fi
-probe CPUQuota=20% sh "$PWD/cpu.sh" >probe-cpu.out 2>&1
-if test "$(cut -d" " -f2 probe-cpu.out)" = 20000; then
-	test_set_prereq CPU_QUOTA
-else
-	say "skip reason: CPUQuota=20% is not in this machine's cpu controller ($(cat probe-cpu.out))"
-fi
-if (exec 3</dev/kmsg) 2>/dev/null; then
-	test_set_prereq KMSG
-else
-	say "skip reason: /dev/kmsg cannot be opened here, so a device policy cannot be observed"
-fi
+. "$SDEXEC_SRCDIR/t/lib/sharness-limits.sh"
+limits_probe memory tasks cpu devices
 test $(nproc --all) -ge 2 && test_set_prereq CPUS
 
 test_expect_success 'stats show the layout and the policy, nothing counted yet' '
@@ -217,7 +134,7 @@ test_expect_success CPUS 'AllowedCPUs: the verdict is what the kernel did to the
 		test_debug "cat cpus.reason" &&
 		case $LAYOUT in
 		unified) grep "^unified: v2 cpuset.cpus.effective" cpus.reason ;;
-		*) grep -x "$LAYOUT: v1 cpuset.cpus not read: the unit has no cgroup of its own in the v1 cpuset hierarchy; systemd applies AllowedCPUs only on cgroup v2" cpus.reason ;;
+		*) grep -x "$LAYOUT: v1 cpuset.cpus not read: the unit has no v1 cpuset cgroup (systemd sets AllowedCPUs only on cgroup v2)" cpus.reason ;;
 		esac
 	fi
 '
