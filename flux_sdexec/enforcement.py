@@ -165,7 +165,7 @@ class _Unit:
             where = ", ".join(
                 f"{h}:{self.cg.paths[h]}" for h in (V2, "name=systemd") if h in self.cg.paths
             )
-            return f"{self.layout}: the process is in no cgroup of {self.name} ({where or 'none'})"
+            return f"{self.layout}: the process is in no cgroup of the unit ({where or 'none'})"
         if self.own(self.tracker) is None:
             return f"{self.layout}: the unit's cgroup is gone"
         return None
