@@ -1,4 +1,4 @@
-# flux-sdexec: what this machine's kernel enforces, probed outside sdexec (t0013, t0014).
+# flux-sdexec: what this machine's kernel enforces, probed outside sdexec (t0011, t0013, t0016).
 # Source inside the instance, after sharness-sdexec.sh (it writes helper scripts into the
 # trash directory). Sets LAYOUT (unified, hybrid or legacy, read from the mounts
 # independently of sdexec) and PY; `limits_probe NAME...` sets a prereq per limit the

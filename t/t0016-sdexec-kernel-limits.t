@@ -12,7 +12,7 @@ is skipped, saying why.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
-sdexec_extra_config t0014.toml <<-EOF
+sdexec_extra_config t0016.toml <<-EOF
 	[exec]
 	service = "sdexec"
 	sdexec-properties = { MemoryMax = "50M", TasksMax = "20", CPUQuota = "20%" }
