@@ -3,11 +3,14 @@ test_description='containment you can trust: every constraint verified after sta
 
 Two brokers, [exec] sdexec-constrain-resources = true with a MemoryMax in
 exec.sdexec-properties, so every job shell asks for AllowedCPUs,
-AllowedMemoryNodes, DevicePolicy and a scaled MemoryMax. This machine gives the
-user instance neither the cpuset nor the memory controller in cgroup v2, and
-systemd'"'"'s user manager never applies device policies: none of them is
-enforced. [sdexec] containment-check decides what that does to a job: enforce
-(fail it, drain the rank), warn (log once, run it), off (no check).'
+AllowedMemoryNodes, DevicePolicy and a scaled MemoryMax. Each verdict must be what
+the kernel does on this machine, probed outside sdexec: on a hybrid or legacy layout
+systemd applies AllowedCPUs and AllowedMemoryNodes only on cgroup v2 (not enforced),
+MemoryMax lands in the v1 memory controller (enforced), DevicePolicy in the v1 devices
+controller where the user manager may write it. [sdexec] containment-check decides
+what a constraint not enforced does to a job: enforce (fail it, drain the rank), warn
+(log once, run it), off (no check); a job whose constraints the kernel all enforces
+runs under enforce.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
@@ -21,9 +24,29 @@ sdexec_extra_config t0013.toml <<-EOF
 sdexec_under_flux 2 jobs
 . "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
 
-CPUSET_REASON="cpuset.cpus unavailable (is cpuset controller delegated to the user instance?)"
-MEMORY_REASON="memory.max unavailable (is memory controller delegated to the user instance?)"
-DEVICE_REASON="systemd's user manager does not apply device policies (systemd#23198)"
+. "$SDEXEC_SRCDIR/t/lib/sharness-limits.sh"
+limits_probe memory devices cpuset
+
+case $LAYOUT in
+unified)
+	CPUSET_REASON="unified: v2 cpuset.cpus.effective unavailable (is cpuset controller delegated to the user instance?)"
+	;;
+*)
+	CPUSET_REASON="$LAYOUT: v1 cpuset.cpus not read: the unit has no v1 cpuset cgroup (systemd sets AllowedCPUs only on cgroup v2)"
+	;;
+esac
+# the verdict this machine's kernel calls for, per constraint of a mapped job shell
+NOT_ENFORCED="AllowedCPUs AllowedMemoryNodes"
+ENFORCED=
+for _c in MemoryMax:MEMORY_KILLS DevicePolicy:DEVICES_CLOSED; do
+	if test_have_prereq ${_c#*:}; then
+		ENFORCED="$ENFORCED ${_c%:*}"
+	else
+		NOT_ENFORCED="$NOT_ENFORCED ${_c%:*}"
+	fi
+done
+say "kernel enforces:$ENFORCED; does not: $NOT_ENFORCED"
+test_have_prereq CPUSET_APPLIED || test_set_prereq CPUSET_NOT_APPLIED
 
 # containment RANK: the containment object of sdexec's stats on RANK.
 containment() {
@@ -51,6 +74,15 @@ count() {
 counted() {
 	test $(count "$1" "$2" "$3") -ge "$4"
 }
+# checks RANK CONSTRAINT / checked RANK CONSTRAINT N: starts on RANK that had CONSTRAINT
+# checked, whatever the verdict.
+checks() {
+	containment "$1" | jq ".constraints.$2 // {} | (.enforced // 0) +
+		(.[\"not-enforced\"] // 0) + (.[\"not-checkable\"] // 0)"
+}
+checked() {
+	test $(checks "$1" "$2") -ge "$3"
+}
 # shell_unit RANK ID: the bulk-exec job shell unit of job ID on RANK.
 shell_unit() {
 	echo "shell-$1-$(flux job id --to=f58plain "$2").service"
@@ -59,11 +91,16 @@ unit_prop() {
 	systemctl --user show -p "$2" --value "$1"
 }
 
-test_expect_success 'the default policy is enforce, nothing counted yet' '
+# field RANK CONSTRAINT KEY: one key of a constraint's stats, raw.
+field() {
+	containment "$1" | jq -r ".constraints.$2.$3"
+}
+
+test_expect_success 'the default policy is enforce, nothing counted yet, the layout shown' '
 	containment 1 >stats0.out &&
-	jq -e ".policy == \"enforce\" and .constraints == {}" stats0.out
+	jq -e ".policy == \"enforce\" and .constraints == {} and .layout == \"$LAYOUT\"" stats0.out
 '
-test_expect_success 'enforce: a constrained job fails naming the constraint and reason, rank drains' '
+test_expect_success CPUSET_NOT_APPLIED 'enforce: a constrained job fails naming the constraint and reason, rank drains' '
 	id=$(flux submit -N1 -n1 --requires=rank:1 true) &&
 	job_exception $id >enforce.note &&
 	host=$(flux exec -r 1 hostname) &&
@@ -73,24 +110,37 @@ test_expect_success 'enforce: a constrained job fails naming the constraint and 
 	grep -F "1 sdexec constraint check failed on $host for job $id" drain.out &&
 	flux resource undrain 1
 '
-test_expect_success 'enforce: stats count each constraint of that start with its reason' '
+test_expect_success CPUSET_NOT_APPLIED 'enforce: stats count each constraint of that start as the kernel has it' '
 	containment 1 >stats1.out &&
 	test_debug "jq . stats1.out" &&
-	for c in AllowedCPUs AllowedMemoryNodes MemoryMax DevicePolicy; do
-		test $(count 1 $c not-enforced) -eq 1 || return 1
+	for c in $NOT_ENFORCED; do
+		test $(count 1 $c not-enforced) -eq 1 &&
+		jq -e ".constraints.$c.last_reason | startswith(\"$LAYOUT: \")" stats1.out || return 1
 	done &&
-	jq -e ".constraints.MemoryMax.last_reason == \"$MEMORY_REASON\"" stats1.out &&
-	jq -e ".constraints.DevicePolicy.last_reason == \"$DEVICE_REASON\"" stats1.out &&
+	for c in $ENFORCED; do
+		test $(count 1 $c enforced) -eq 1 && test $(count 1 $c not-enforced) -eq 0 || return 1
+	done &&
 	jq -e ".constraints.AllowedCPUs.last_reason == \"$CPUSET_REASON\"" stats1.out
 '
-test_expect_success 'the log names each constraint and reason once, however many jobs' '
+test_expect_success CPUSET_NOT_APPLIED,MEMORY_KILLS 'MemoryMax was read where the kernel keeps it' '
+	case $LAYOUT in
+	unified) want="^unified: v2 memory.max is [0-9]*$" hier=v2 ;;
+	*) want="^$LAYOUT: v1 memory.limit_in_bytes is [0-9]*$" hier=v1:memory ;;
+	esac &&
+	field 1 MemoryMax last_read | grep "$want" &&
+	test "$(field 1 MemoryMax hierarchy)" = $hier
+'
+test_expect_success CPUSET_NOT_APPLIED 'the log names each constraint not enforced and its reason once, however many jobs' '
 	id=$(flux submit -N1 -n1 --requires=rank:1 true) &&
 	job_exception $id >enforce2.note &&
 	flux resource undrain 1 &&
 	test $(count 1 AllowedCPUs not-enforced) -eq 2 &&
 	flux exec -r 1 flux dmesg >rank1.log &&
-	for c in AllowedCPUs AllowedMemoryNodes MemoryMax DevicePolicy; do
+	for c in $NOT_ENFORCED; do
 		test $(grep -c ": $c not-enforced: .*(first seen)" rank1.log) -eq 1 || return 1
+	done &&
+	for c in $ENFORCED; do
+		test_must_fail grep ": $c not-enforced" rank1.log || return 1
 	done
 '
 test_expect_success 'a bad policy fails flux config reload and the old one stays' '
@@ -122,7 +172,7 @@ print(json.dumps(f.get()))" "$(flux R encode --ranks=1 --cores=$core)" >mapped.j
 	flux resource drain -n -o "{ranks}" >drain2.out &&
 	test_must_be_empty drain2.out
 '
-test_expect_success 'warn: the start was counted, and logged nothing new' '
+test_expect_success CPUSET_NOT_APPLIED 'warn: the start was counted, and logged nothing new' '
 	test $(count 1 AllowedCPUs not-enforced) -eq 3 &&
 	flux exec -r 1 flux dmesg >rank1.log2 &&
 	test $(grep -c ": AllowedCPUs not-enforced: .*(first seen)" rank1.log2) -eq 1
@@ -139,12 +189,71 @@ test_expect_success 'off: the job runs and nothing is checked or counted' '
 '
 test_expect_success 'enforce: properties a client sets itself are checked and counted, never fatal' '
 	set_policy &&
-	before=$(count 1 MemoryHigh not-enforced) &&
+	before=$(checks 1 MemoryHigh) &&
 	$sdexec -r 1 --bg --label=client --setopt=SDEXEC_PROP_MemoryHigh=1G sleep 300 &&
-	sdexec_wait_until counted 1 MemoryHigh not-enforced $((before + 1)) &&
+	sdexec_wait_until checked 1 MemoryHigh $((before + 1)) &&
 	$sproc_ps -r 1 >client.ps &&
 	grep -E " R +client " client.ps &&
 	$sproc_kill -r 1 9 client
+'
+
+# kernel_only.py: site mappers that map only what this machine's kernel enforces
+# (KernelOnly), and that plus MemoryHigh (WithMemoryHigh).
+_drop="$NOT_ENFORCED"
+test_have_prereq DEVICES_CLOSED || _drop="$_drop DeviceAllow"
+cat >kernel_only.py <<-EOF
+	from flux_sdexec.map import HwlocMapper
+
+	DROP = set("$_drop".split())
+
+
+	class KernelOnly(HwlocMapper):
+	    def finalize_properties(self, properties, R, extra_properties=None):
+	        properties = super().finalize_properties(properties, R, extra_properties)
+	        return {k: v for k, v in properties.items() if k not in DROP}
+
+
+	class WithMemoryHigh(KernelOnly):
+	    def finalize_properties(self, properties, R, extra_properties=None):
+	        properties = super().finalize_properties(properties, R, extra_properties)
+	        properties["MemoryHigh"] = "1G"
+	        return properties
+	EOF
+# set_mapper [CLASS]: sdexec-mapper on rank 1 uses kernel_only.CLASS (none: the default).
+set_mapper() {
+	if test $# -gt 0; then
+		sdexec_set_config mapper "$(printf "[sdexec]\nmapper = \"kernel_only.%s\"\nmapper-searchpath = \"%s\"" "$1" "$PWD")"
+	else
+		sdexec_set_config mapper
+	fi &&
+	sdexec_wait_until mapper_is ${1:+kernel_only.$1}
+}
+mapper_is() {
+	flux exec -r 1 flux module stats sdexec-mapper |
+		jq -e ".config.mapper_class == \"${1:-flux_sdexec.map.HwlocMapper}\"" >/dev/null
+}
+undrained() {
+	flux resource drain -n -o "{ranks}" >drain.now &&
+	test_must_be_empty drain.now
+}
+test_expect_success MEMORY_KILLS 'enforce: a job whose constraints the kernel all enforces runs' '
+	set_mapper KernelOnly &&
+	before=$(count 1 MemoryMax enforced) &&
+	run -N1 -n1 --requires=rank:1 true &&
+	test $(count 1 MemoryMax enforced) -eq $((before + 1)) &&
+	undrained
+'
+test_expect_success MEMORY_KILLS,V1_MEMORY 'enforce: with MemoryMax and MemoryHigh only MemoryHigh, which v1 lacks, fails' '
+	set_mapper WithMemoryHigh &&
+	before=$(count 1 MemoryMax enforced) &&
+	id=$(flux submit -N1 -n1 --requires=rank:1 true) &&
+	job_exception $id >high.note &&
+	grep -F "MemoryHigh not enforced: $LAYOUT: MemoryHigh has no v1 equivalent" high.note &&
+	test $(count 1 MemoryMax enforced) -eq $((before + 1)) &&
+	flux resource undrain 1
+'
+test_expect_success 'the default mapper again' '
+	set_mapper
 '
 test_expect_success 'no unit is left' '
 	sdexec_check_no_units

@@ -1,19 +1,23 @@
-"""The post-start checks: what does the unit's cgroup v2 directory say is in force?
+"""The post-start checks: what do the unit's cgroups say is in force?
 
-Reads /proc and the cgroup v2 filesystem of the running process, nothing else (the
-``proc`` root is a parameter, for tests). ``check_allowed_cpus`` is flux-core's
-AllowedCPUs check; ``check_containment`` hands the files of a unit's cgroup to the pure
-``flux_sdexec.enforcement`` checker. Problems come back as text or verdicts, never raised;
-the AllowedCPUs texts are flux-core's, so job-exec's drain reasons read the same.
+Reads /proc and the cgroup filesystems (every v1 hierarchy and the v2 one) of the running
+process, nothing else (the ``proc`` root is a parameter and mount points come from its
+mountinfo, so tests run over a fake tree). ``check_allowed_cpus`` is flux-core's
+AllowedCPUs check (cgroup v2 only, its texts); ``check_containment`` hands the files of a
+unit's cgroups to the pure ``flux_sdexec.enforcement`` checker. Problems come back as text
+or verdicts, never raised; the AllowedCPUs texts are flux-core's, so job-exec's drain
+reasons read the same.
 """
 
 import os
+import stat
 
-from flux_sdexec import enforcement
+from flux_sdexec import cgroups, enforcement
 from flux_sdexec.values import parse_idset
 
 HINT = "(is cpuset controller delegated to the user instance?)"
 UNAVAILABLE = f"AllowedCPUs not enforced: cpuset.cpus unavailable {HINT}"
+TASKS_MAX_LIMIT = 4194303  # systemd's ceiling for the task limit it scales TasksMax=N% by
 
 
 def _cgroup2_mount(proc="/proc"):
@@ -62,37 +66,98 @@ def check_allowed_cpus(pid, expected):
     return None
 
 
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def _mem_total(proc):
-    with open(f"{proc}/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
+    for line in _read(f"{proc}/meminfo").splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
     raise OSError("no MemTotal in meminfo")
 
 
-def check_containment(pid, wanted, unit_name, proc="/proc"):
-    """Verdicts (``enforcement.check``) for ``wanted`` against ``pid``'s cgroup v2 directory."""
+def _tasks_total(proc):
+    """The system's task limit systemd scales ``TasksMax=N%`` by (0 when unknown)."""
     try:
-        mount, path = _cgroup2_mount(proc), _cgroup2_path(pid, proc)
+        pid_max = int(_read(f"{proc}/sys/kernel/pid_max"))
+        threads_max = int(_read(f"{proc}/sys/kernel/threads-max"))
+    except (OSError, ValueError):
+        return 0
+    return min(pid_max - 1, threads_max, TASKS_MAX_LIMIT)
+
+
+def _host(proc):
+    try:
         mem_total = _mem_total(proc)
     except (OSError, ValueError):
-        mount = path = None
         mem_total = 0
-    if mount is None or path is None:
-        return [
-            enforcement.Verdict(name, enforcement.NOT_CHECKABLE, f"no cgroup v2 path for pid {pid}")
-            for name in wanted
-        ]
-    directory = f"{mount}{path}"
+    return enforcement.Host(mem_total, os.sysconf("SC_PAGE_SIZE"), _tasks_total(proc))
 
-    def files(name):
+
+def _device_numbers(device_allow):
+    """``{path: "c 7:0"}`` for the device nodes DeviceAllow names by path."""
+    numbers = {}
+    for entry in str(device_allow or "").split(","):
+        spec = entry.strip().partition(" ")[0]
+        if not spec.startswith("/dev/"):
+            continue
         try:
-            with open(os.path.join(directory, name)) as f:
-                return f.read()
+            st = os.stat(spec)
+        except OSError:
+            continue
+        kind = "c" if stat.S_ISCHR(st.st_mode) else "b" if stat.S_ISBLK(st.st_mode) else None
+        if kind:
+            numbers[spec] = f"{kind} {os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    return numbers
+
+
+def cgroup_mounts(proc="/proc"):
+    """``{hierarchy: (mount point, root)}`` of this process's mount namespace."""
+    return cgroups.parse_mounts(_read(f"{proc}/self/mountinfo"))
+
+
+def detect_layout(proc="/proc"):
+    """``unified``, ``hybrid``, ``legacy``, or ``unknown`` when mountinfo is unreadable."""
+    try:
+        return cgroups.layout(cgroup_mounts(proc))
+    except OSError:
+        return "unknown"
+
+
+def unit_cgroups(pid, proc="/proc", device_allow=None):
+    """The ``enforcement.UnitCgroups`` of ``pid`` (OSError when /proc cannot say)."""
+    mounts = cgroup_mounts(proc)
+    paths = cgroups.parse_proc_cgroup(_read(f"{proc}/{pid}/cgroup"))
+
+    def read(hierarchy, directory, name):
+        mount, root = mounts[hierarchy]
+        try:
+            return _read(os.path.join(cgroups.fs_path(mount, root, directory), name))
         except OSError:
             return None
 
-    return enforcement.check(wanted, files, unit_name, mem_total, os.sysconf("SC_PAGE_SIZE"))
+    return enforcement.UnitCgroups(
+        cgroups.layout(mounts),
+        {h: path for h, path in paths.items() if h in mounts},
+        read,
+        _device_numbers(device_allow),
+    )
+
+
+def check_containment(pid, wanted, unit_name, proc="/proc"):
+    """Verdicts (``enforcement.check``) for ``wanted`` against the cgroups of ``pid``."""
+    try:
+        cg = unit_cgroups(pid, proc, wanted.get("DeviceAllow"))
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        return [
+            enforcement.Verdict(name, enforcement.NOT_CHECKABLE, f"no cgroups for pid {pid}: {why}")
+            for name in enforcement.CONSTRAINTS
+            if name in wanted
+        ]
+    return enforcement.check(wanted, cg, unit_name, _host(proc))
 
 
 class ContainmentChecker:
@@ -126,4 +191,8 @@ class ContainmentChecker:
 
     def stats(self):
         """``containment`` in ``flux module stats sdexec``."""
-        return {"policy": self.policy, "constraints": self.tally.stats()}
+        return {
+            "policy": self.policy,
+            "layout": detect_layout(),
+            "constraints": self.tally.stats(),
+        }
