@@ -121,7 +121,7 @@ test_sdexec_cli() {
 			select(.value[\"not-enforced\"] > 0) | \"\(.key) not enforced: \(.value.last_reason)\"" |
 			LC_ALL=C sort >reasons.expected &&
 		test_debug "cat reasons.expected" &&
-		grep "^DevicePolicy not enforced: " reasons.expected &&
+		grep "^AllowedCPUs not enforced: " reasons.expected &&
 		flux sdexec status >status-warn.out &&
 		test_debug "cat status-warn.out" &&
 		test $(rows status-warn.out | wc -l) -eq 1 &&
