@@ -28,6 +28,7 @@ KEYS = (
     "module",
     "systemd",
     "reconnects",
+    "layout",
     "policy",
     "not_enforced",
 )
@@ -90,6 +91,7 @@ def judge(rank, host, answer=None, error=None, timeout=None):
         "systemd": (answer.get("systemd") or {}).get("kind"),
         "via": (answer.get("systemd") or {}).get("via"),
         "reconnects": answer.get("reconnects"),
+        "layout": containment.get("layout"),
         "policy": policy,
         "not_enforced": missing,
         "tracked": sum(tracked.values()),
@@ -139,6 +141,7 @@ COLUMNS = (
     ("RUNNING>", "running"),
     ("ZOMBIE>", "zombie"),
     ("ADOPTED>", "adopted"),
+    ("CGROUPS", "layout"),
     ("POLICY", "policy"),
     ("NOT-ENFORCED", "constraints"),
     ("MODULE", "module"),

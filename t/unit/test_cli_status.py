@@ -18,7 +18,7 @@ def stats(policy="enforce", constraints=None, running=0, zombie=0, adopted=0, re
         "reconnects": reconnects,
         "tracked": {"starting": 0, "running": running, "finished": 0, "zombie": zombie},
         "adopted": adopted,
-        "containment": {"policy": policy, "constraints": constraints or {}},
+        "containment": {"policy": policy, "layout": "hybrid", "constraints": constraints or {}},
     }
 
 
@@ -41,6 +41,7 @@ def test_judge_our_module_healthy():
         "systemd": "private",
         "via": "/run/user/0/systemd/private",
         "reconnects": 0,
+        "layout": "hybrid",
         "policy": "enforce",
         "not_enforced": {},
         "tracked": 3,
@@ -124,6 +125,7 @@ def test_lines_one_row_per_group_then_reasons_and_problems():
         "RUNNING",
         "ZOMBIE",
         "ADOPTED",
+        "CGROUPS",
         "POLICY",
         "NOT-ENFORCED",
         "MODULE",
@@ -140,11 +142,12 @@ def test_lines_one_row_per_group_then_reasons_and_problems():
         "0",
         "0",
         "0",
+        "hybrid",
         "warn",
         "AllowedCPUs",
         MODULE,
     ]
-    assert text[2].split() == ["unreachable", "1", "3", "n3"] + ["-"] * 10
+    assert text[2].split() == ["unreachable", "1", "3", "n3"] + ["-"] * 11
     assert text[3:] == [
         f"ranks 0-2 (n0+n1+n2): AllowedCPUs not enforced: {CPU_REASON}",
         "rank 3 (n3): unreachable: no answer within 5s",
