@@ -82,6 +82,9 @@ class SdProc:
         self.finished_response_sent = False  # "finished" answered (or exit logged, background)
         self.error = None  # (errno, text) for the terminal response
         self.waiter = None  # the parked sdexec.wait request
+        self.answered_to = None  # the wait request last answered, during its grace (waits.py)
+        self.revived = False  # a record brought back because its answer may have been lost
+        self.grace = None  # the adapter's grace timer (ArmGrace)
         self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
         self.state = ProcState.STARTING  # where the process is (table.py)
 
@@ -150,8 +153,9 @@ class SdProc:
 
     @property
     def visible(self):
-        """Listed and found by pid or label (a releasing process is only being let go)."""
-        return self.state not in (ProcState.RELEASING, ProcState.DONE)
+        """Listed and found by pid or label (an answered one only waits out its grace, a
+        releasing one is only being let go)."""
+        return self.state not in (ProcState.ANSWERED, ProcState.RELEASING, ProcState.DONE)
 
     @property
     def finished(self):
@@ -161,6 +165,11 @@ class SdProc:
     @property
     def owes_exec_response(self):
         """The exec request still waits for a (terminal) response."""
-        if self.state in (ProcState.DONE, ProcState.ZOMBIE, ProcState.RELEASING):
+        if self.state in (
+            ProcState.DONE,
+            ProcState.ZOMBIE,
+            ProcState.ANSWERED,
+            ProcState.RELEASING,
+        ):
             return False
         return not self.cmd.background or not self.started_response_sent

@@ -2,14 +2,32 @@
 
 Handlers and steps of table.py's rows for ``sdexec.wait`` (see lifecycle.py for
 the calling convention). A wait is answered only once the output read so far is
-in (DrainOutput, then OutputDrained), so the retained tail is complete. Pure:
-stdlib only.
+in (DrainOutput, then OutputDrained), so the retained tail is complete.
+
+The answer grace: a client may go away with the answer unread (job-exec removed as
+a job shell ends: the answer reaches a module that is already leaving). So after
+the answer the record is not let go at once: it is hidden (a second wait gets "not
+found", as in flux-core) and its unit stays loaded for ANSWER_GRACE seconds. If the
+client that got the answer disconnects within the grace, the record is revived: a
+zombie again, collectable by label or pid for REVIVED_HOLD seconds (and handed over
+by a clean unload like any zombie). A grace that ends with the client still
+connected lets the unit go. Pure: stdlib only.
 """
 
-from flux_sdexec.events import AnswerWait, DrainOutput
+import syslog
+
+from flux_sdexec.events import AnswerWait, ArmGrace, DrainOutput, Log
 from flux_sdexec.states import ProcState
 
 S = ProcState
+
+# A departing client's disconnect follows the answer by the time its unload takes
+# (milliseconds; seconds on a loaded node): 5 s covers that and delays the stop of each
+# collected unit by no more than that.
+ANSWER_GRACE = 5.0
+# The next client (job-exec loaded again, reattaching by label) asks within seconds; the
+# hold is short enough that a waiter that simply exited leaves nothing behind for long.
+REVIVED_HOLD = 20.0
 
 
 def output_drained(p, event, out):
@@ -40,7 +58,7 @@ def retain_or_drop(p, out):
 
 def collect(p, out, drained=False):
     """Answer the waiter with the status (or stored error) once the output read so far is
-    in, then let the unit go."""
+    in, then keep the record for the answer grace."""
     if not drained and p.output_open:
         out.append(DrainOutput())
         return S.ZOMBIE
@@ -49,5 +67,43 @@ def collect(p, out, drained=False):
         out.append(AnswerWait(waiter, error=p.error))
     else:
         out.append(AnswerWait(waiter, p.unit.wait_status, tuple(p.retained_output.items)))
+    p.answered_to, p.revived = waiter, False
+    out.append(ArmGrace(ANSWER_GRACE))
+    return S.ANSWERED
+
+
+def answer_maybe_lost(p, event, out):
+    """The answered client left within the grace: collectable again, unless a newer
+    process took the label meanwhile (then there would be two)."""
+    p.answered_to = None
+    if event.label_taken:
+        out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label reused, not revived"))
+        return release(p, out)
+    p.revived = True
+    out.append(
+        Log(
+            syslog.LOG_INFO,
+            f"{p.logname}[{p.pid}]: its waiter left within {ANSWER_GRACE:g}s of the answer; "
+            f"collectable again for {REVIVED_HOLD:g}s",
+        )
+    )
+    out.append(ArmGrace(REVIVED_HOLD))
+    return S.ZOMBIE
+
+
+def grace_expired(p, event, out):
+    """End of the answer grace, or of a revived record's hold: let the unit go."""
+    if p.state is S.ANSWERED:
+        p.answered_to = None
+        return release(p, out)
+    if p.state is S.ZOMBIE and p.revived and p.waiter is None:
+        p.revived = False
+        text = f"{p.logname}[{p.pid}]: not collected again within {REVIVED_HOLD:g}s, let go"
+        out.append(Log(syslog.LOG_INFO, text))
+        return release(p, out)
+    return p.state  # an expiry that raced with a new arm or a collect
+
+
+def release(p, out):
     out += p.forget()
     return S.DONE if p.unit.gone else S.RELEASING

@@ -15,7 +15,9 @@ from flux_sdexec.events import (
     CheckContainment,
     AnswerWait,
     DrainOutput,
+    GraceExpired,
     OutputDrained,
+    ArmGrace,
     ArmTimer,
     CancelTimer,
     ClientGone,
@@ -38,6 +40,7 @@ from flux_sdexec.events import (
 )
 from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
+from flux_sdexec.waits import ANSWER_GRACE
 
 from helpers import CHECK, new
 
@@ -225,8 +228,8 @@ def until_failed(name):
 
 def test_waitable_unit_is_kept_as_record_then_collected():
     """A finished waitable process is a ZOMBIE whose unit stays loaded (no ResetFailedUnit)
-    until a wait collects status and output; then the failed unit is reset and, once
-    systemd has forgotten it, reaped."""
+    until a wait collects status and output; then, after the answer grace, the failed unit
+    is reset and, once systemd has forgotten it, reaped."""
     proc = waitable()
     proc.retained_output.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
     pid = pid_of("exit-1")
@@ -241,8 +244,10 @@ def test_waitable_unit_is_kept_as_record_then_collected():
     assert handle(proc, WaitRequested(waiter)) == [DrainOutput()]
     assert handle(proc, OutputDrained()) == [
         AnswerWait(waiter, 256, ({"stream": "stdout", "rank": "0", "data": "x\n"},)),
-        ResetFailedUnit(),
+        ArmGrace(ANSWER_GRACE),
     ]
+    assert proc.state is ProcState.ANSWERED and not proc.visible
+    assert handle(proc, GraceExpired()) == [ResetFailedUnit()]
     assert proc.state is ProcState.RELEASING and not proc.visible
     assert handle(proc, UnitChanged({"ActiveState": "inactive", "SubState": "dead"})) == [Reap()]
     assert proc.state is ProcState.DONE
@@ -260,11 +265,13 @@ def test_parked_waiter_answered_at_exit_and_survives_disconnect():
     failed = until_failed("exit-1")
     actions = replay(proc, "exit-1", until=failed - 1, since=6)
     # the status arrives on the Service signal, while the unit is still active: the
-    # output written so far is drained, then the wait answered and the unit stopped;
-    # ResetFailedUnit when it turns failed, Reap when systemd forgot it
+    # output written so far is drained, then the wait answered and the grace armed;
     assert actions[-1] == DrainOutput()
-    assert handle(proc, OutputDrained()) == [AnswerWait(second, 256), StopUnit()]
-    assert replay(proc, "exit-1", since=failed - 1) == [ResetFailedUnit(), Reap()]
+    assert handle(proc, OutputDrained()) == [AnswerWait(second, 256), ArmGrace(ANSWER_GRACE)]
+    # the unit fails on its own meanwhile; the grace's end resets it
+    assert replay(proc, "exit-1", until=failed + 1, since=failed - 1) == []
+    assert handle(proc, GraceExpired()) == [ResetFailedUnit()]
+    assert replay(proc, "exit-1", since=failed + 1) == [Reap()]
 
 
 def test_adopted_finished_unit_becomes_zombie_without_responses():
@@ -380,7 +387,7 @@ def test_wait_parked_before_started_gets_the_exec_failure():
 
 def test_adopted_unit_that_could_not_exec_is_a_zombie_with_its_error():
     """An adopted unit found failed with an exec failure keeps its record: a wait gets
-    the ENOENT, then the unit is reset (found by the fuzz test)."""
+    the ENOENT, then (after the answer grace) the unit is reset (found by the fuzz test)."""
     proc = new(["sh"], label="L", background=True, waitable=True, adopted=True)
     props = {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"}
     props.update({"ExecMainPID": 9, "ExecMainCode": 1, "ExecMainStatus": 203})
@@ -388,8 +395,9 @@ def test_adopted_unit_that_could_not_exec_is_a_zombie_with_its_error():
     assert proc.state is ProcState.ZOMBIE
     assert handle(proc, WaitRequested("w")) == [
         AnswerWait("w", error=(errno.ENOENT, EXEC_FAIL_TEXT)),
-        ResetFailedUnit(),
+        ArmGrace(ANSWER_GRACE),
     ]
+    assert handle(proc, GraceExpired()) == [ResetFailedUnit()]
 
 
 def test_refused_start_answers_its_errno_and_lets_nothing_go():
