@@ -82,6 +82,7 @@ class SdProc:
         self.finished_response_sent = False  # "finished" answered (or exit logged, background)
         self.error = None  # (errno, text) for the terminal response
         self.waiter = None  # the parked sdexec.wait request
+        self.waiter_parked = False  # it came while the process ran (waits.py: the grace)
         self.answered_to = None  # the wait request last answered, during its grace (waits.py)
         self.revived = False  # a record brought back because its answer may have been lost
         self.grace = None  # the adapter's grace timer (ArmGrace)

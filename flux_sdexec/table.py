@@ -71,7 +71,7 @@ row([STARTING], Phase.STARTED, [RUNNING], h.started)
 # (or answers its parked wait)
 row([RUNNING], Phase.EXITED, [FINISHED, *ENDS], h.exited)
 # exec failure (systemd exit 200-243): stored as ENOENT, answered when the unit is gone
-row([STARTING, RUNNING], Phase.EXEC_FAILED, [FAILED, ZOMBIE, RELEASING], h.exec_failed)
+row([STARTING, RUNNING], Phase.EXEC_FAILED, [FAILED, ZOMBIE, ANSWERED, RELEASING], h.exec_failed)
 # stop / reset-failed, unless the unit is kept as a waitable's record
 row(ESCALATING, Phase.OVER, [None], h.over)
 # the stop timer starts when systemd starts stopping the unit
@@ -90,7 +90,7 @@ row(ESCALATING, StartFailed, [DONE], h.start_failed)
 row(LIVE, OutputChunk, [None], h.output_chunk)
 row(LIVE, OutputClosed, [None], h.output_closed)
 # a wait asked for the output written so far: answer it now
-row([ZOMBIE], OutputDrained, [ZOMBIE, ANSWERED], w.output_drained)
+row([ZOMBIE], OutputDrained, [ZOMBIE, ANSWERED, RELEASING, DONE], w.output_drained)
 # the answer to CheckContainment; a process that failed meanwhile ignores it
 row([STARTING], ContainmentChecked, [STARTING, FAILED], h.post_start_checked)
 row([FAILED], ContainmentChecked, [FAILED], h.post_start_checked)
@@ -102,11 +102,11 @@ row([ZOMBIE, ANSWERED, RELEASING], StopTimerExpired, [None], h.same)
 row(LIVE, ClientGone, [None], h.client_gone)
 # a wait parks until the process is over, or collects a zombie's status
 row(ESCALATING, WaitRequested, [None], w.wait_requested)
-row([ZOMBIE], WaitRequested, [ZOMBIE, ANSWERED], w.wait_requested)
+row([ZOMBIE], WaitRequested, [ZOMBIE, RELEASING, DONE], w.wait_requested)
 row([*ESCALATING, ZOMBIE], WaiterGone, [None], w.waiter_gone)
-# the answer grace (waits.py): the answered client left soon after, so the answer may be
-# lost: the record is a zombie again; a grace (or a revived record's hold) that ends lets
-# the unit go
+# the answer grace (waits.py): the client of an answered parked wait left soon after, so
+# the answer may be lost: the record is a zombie again; a grace (or a revived record's
+# hold) that ends lets the unit go
 row([ANSWERED], AnswerMaybeLost, [ZOMBIE, RELEASING, DONE], w.answer_maybe_lost)
 row(LIVE, GraceExpired, [None, RELEASING, DONE], w.grace_expired)
 # unload answers what is owed (ENOSYS) and lets the unit go

@@ -4,14 +4,16 @@ Handlers and steps of table.py's rows for ``sdexec.wait`` (see lifecycle.py for
 the calling convention). A wait is answered only once the output read so far is
 in (DrainOutput, then OutputDrained), so the retained tail is complete.
 
-The answer grace: a client may go away with the answer unread (job-exec removed as
-a job shell ends: the answer reaches a module that is already leaving). So after
-the answer the record is not let go at once: it is hidden (a second wait gets "not
-found", as in flux-core) and its unit stays loaded for ANSWER_GRACE seconds. If the
-client that got the answer disconnects within the grace, the record is revived: a
-zombie again, collectable by label or pid for REVIVED_HOLD seconds (and handed over
-by a clean unload like any zombie). A grace that ends with the client still
-connected lets the unit go. Pure: stdlib only.
+The answer grace: a wait parked while the process ran may belong to a client that is
+leaving just as the process ends (job-exec removed as a job shell exits: the answer
+reaches a module that no longer reads). So the answer to a parked wait does not let
+the record go at once: it is hidden (a second wait gets "not found", as in
+flux-core) and its unit stays loaded for ANSWER_GRACE seconds. If the client that got
+the answer disconnects within the grace, the record is revived: a zombie again,
+collectable by label or pid for REVIVED_HOLD seconds (and handed over by a clean
+unload like any zombie). A grace that ends with the client still connected lets the
+unit go. A wait answered at once (the process was over when it came) lets the record
+go at once, as before: its client was there a moment ago to ask. Pure: stdlib only.
 """
 
 import syslog
@@ -38,13 +40,14 @@ def output_drained(p, event, out):
 
 def wait_requested(p, event, out):
     p.waiter = event.waiter
+    p.waiter_parked = p.state is not S.ZOMBIE
     if p.state is S.ZOMBIE:
         return collect(p, out)
     return p.state
 
 
 def waiter_gone(p, event, out):
-    p.waiter = None
+    p.waiter, p.waiter_parked = None, False
     return p.state
 
 
@@ -58,16 +61,19 @@ def retain_or_drop(p, out):
 
 def collect(p, out, drained=False):
     """Answer the waiter with the status (or stored error) once the output read so far is
-    in, then keep the record for the answer grace."""
+    in; then keep the record for the answer grace (a parked wait) or let it go."""
     if not drained and p.output_open:
         out.append(DrainOutput())
         return S.ZOMBIE
-    waiter, p.waiter = p.waiter, None
+    waiter, parked, p.waiter, p.waiter_parked = p.waiter, p.waiter_parked, None, False
     if p.error is not None:
         out.append(AnswerWait(waiter, error=p.error))
     else:
         out.append(AnswerWait(waiter, p.unit.wait_status, tuple(p.retained_output.items)))
-    p.answered_to, p.revived = waiter, False
+    p.revived = False
+    if not parked:
+        return release(p, out)
+    p.answered_to = waiter
     out.append(ArmGrace(ANSWER_GRACE))
     return S.ANSWERED
 

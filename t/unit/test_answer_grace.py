@@ -48,34 +48,44 @@ class Waiter:
 
 
 EXEC = Waiter("job-exec-0")  # the exec request, from an earlier job-exec
+OUTPUT = ({"stream": "stdout", "rank": "0", "data": "x\n"},)
 
 
-def zombie(label="shell-0-f1", unit="shell-0-f1:t1.service"):
-    """A job shell that exited 1 with one line of output, its unit kept failed."""
+def running(label="shell-0-f1", unit="shell-0-f1:t1.service"):
+    """A job shell that runs and has written one line."""
     p = new(["/bin/false"], label=label, unit=unit, background=True, waitable=True, request=EXEC)
-    replay(p, "exit-1", until=until_failed("exit-1"))
+    replay(p, "exit-1", until=6)
     p.retained_output.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
-    assert p.state is S.ZOMBIE
+    assert p.state is S.RUNNING
     return p
 
 
 def collected(p, sender="job-exec-1"):
+    """A wait parked while ``p`` runs is answered when it exits 1: the grace starts."""
     waiter = Waiter(sender)
-    assert handle(p, WaitRequested(waiter)) == [
-        AnswerWait(waiter, 256, ({"stream": "stdout", "rank": "0", "data": "x\n"},)),
-        ArmGrace(ANSWER_GRACE),
-    ]
+    assert handle(p, WaitRequested(waiter)) == []
+    actions = replay(p, "exit-1", until=until_failed("exit-1"), since=6)
+    assert actions[-2:] == [AnswerWait(waiter, 256, OUTPUT), ArmGrace(ANSWER_GRACE)]
+    assert StopUnit() not in actions and ResetFailedUnit() not in actions
+    assert p.state is S.ANSWERED and p.answered_to is waiter
+    return waiter
+
+
+def recollect(p, sender):
+    """A wait on the (revived) zombie: answered at once, and the record let go."""
+    waiter = Waiter(sender)
+    assert handle(p, WaitRequested(waiter)) == [AnswerWait(waiter, 256, OUTPUT), ResetFailedUnit()]
+    assert p.state is S.RELEASING
     return waiter
 
 
 def test_connected_client_a_second_wait_finds_nothing_and_the_grace_lets_the_unit_go():
     """flux-core's semantics for a connected client: once answered, the process is not
     found (by label or pid); the unit stays loaded only until the grace ends."""
-    p = zombie()
+    p = running()
     registry = Registry()
     registry.add(p)
     collected(p)
-    assert p.state is S.ANSWERED
     assert registry.find(-1, "shell-0-f1") is None
     assert registry.find(p.pid, None) is None
     assert handle(p, GraceExpired()) == [ResetFailedUnit()]
@@ -85,11 +95,11 @@ def test_connected_client_a_second_wait_finds_nothing_and_the_grace_lets_the_uni
 
 def test_client_gone_within_the_grace_revives_the_record_for_the_next_client():
     """job-exec removed as its shell ended: the next job-exec's wait by label (or pid)
-    gets the same status and output, then a new grace starts for that answer."""
-    p = zombie()
+    gets the same status and output; asked of a zombie, that answer lets the unit go."""
+    p = running()
     registry = Registry()
     registry.add(p)
-    first = collected(p, "job-exec-1")
+    collected(p, "job-exec-1")
     assert registry.by_sender("job-exec-1") == [p]
     assert handle(p, AnswerMaybeLost(registry.label_taken(p))) == [
         Log(syslog.LOG_INFO, LOST),
@@ -98,14 +108,12 @@ def test_client_gone_within_the_grace_revives_the_record_for_the_next_client():
     assert p.state is S.ZOMBIE and p.visible and p.answered_to is None
     assert registry.find(-1, "shell-0-f1") is p
     assert registry.find(p.pid, None) is p
-    second = collected(p, "job-exec-2")
-    assert second != first and p.answered_to is second
-    assert handle(p, GraceExpired()) == [ResetFailedUnit()]
+    recollect(p, "job-exec-2")
 
 
 def test_a_revived_record_nobody_collects_is_let_go_after_the_hold():
     """A waiter that simply exited after its answer leaves the unit for REVIVED_HOLD."""
-    p = zombie()
+    p = running()
     collected(p)
     handle(p, AnswerMaybeLost())
     text = f"shell-0-f1[{p.pid}]: not collected again within {REVIVED_HOLD:g}s, let go"
@@ -116,8 +124,8 @@ def test_a_revived_record_nobody_collects_is_let_go_after_the_hold():
 def test_a_label_taken_meanwhile_is_not_revived():
     """A newer process with the same label (allowed once the first was answered) keeps
     it: the old record is let go rather than making two."""
-    old = zombie(unit="shell-0-f1:t1.service")
-    newer = zombie(unit="shell-0-f1-again:t1.service")
+    old = running(unit="shell-0-f1:t1.service")
+    newer = running(unit="shell-0-f1-again:t1.service")
     registry = Registry()
     registry.add(old)
     collected(old)
@@ -133,17 +141,28 @@ def test_a_label_taken_meanwhile_is_not_revived():
 
 def test_a_stale_expiry_changes_nothing():
     """An expiry that raced with a collect (or hits a plain zombie) is ignored."""
-    p = zombie()
+    p = running()
+    replay(p, "exit-1", until=until_failed("exit-1"), since=6)
     assert handle(p, GraceExpired()) == []
     assert p.state is S.ZOMBIE
+
+
+def test_a_wait_answered_at_once_lets_the_record_go_as_before():
+    """A wait that finds the process over was sent a moment ago by a client that is
+    there: no grace, the unit is let go, a second wait finds nothing."""
+    p = running()
+    registry = Registry()
+    registry.add(p)
+    replay(p, "exit-1", until=until_failed("exit-1"), since=6)
+    recollect(p, "flux-sproc-wait")
+    assert p.answered_to is None and registry.find(-1, "shell-0-f1") is None
 
 
 def test_clean_unload_hands_over_a_revived_record_and_stops_an_answered_one():
     """The revived record is a zombie like any: the next sdexec adopts it. One still in
     its grace was answered to a client that is still there: its unit stops."""
-    revived, answered = zombie(), zombie(label="b", unit="b:t1.service")
+    revived, answered = running(), running(label="b", unit="b:t1.service")
     for p in (revived, answered):
-        handle(p, OutputClosed("stdout"))
         collected(p)
     handle(revived, AnswerMaybeLost())
     keep = handoff.units_to_keep([revived, answered], handoff.KEEP_WAITABLE, "run")
@@ -152,27 +171,27 @@ def test_clean_unload_hands_over_a_revived_record_and_stops_an_answered_one():
     assert handle(revived, Unloading(keep=True))[-1] == Reap()
 
 
-def test_a_parked_wait_answered_at_exit_gets_the_grace_too():
-    """bgexec parks its wait while the shell runs: the answer at exit arms the grace,
-    and the unit, still active/exited, is stopped when it ends."""
+def test_the_grace_stops_an_exited_unit_that_did_not_fail():
+    """exit 0 leaves the unit active/exited: the grace's end stops it."""
     p = new(["/bin/true"], label="L", background=True, waitable=True, request=EXEC)
     replay(p, "exit-0", until=6)
     waiter = Waiter("job-exec-1")
     handle(p, WaitRequested(waiter))
     actions = replay(p, "exit-0", until=10, since=6)  # to active/exited
-    assert AnswerWait(waiter, 0) in actions and actions[-1] == ArmGrace(ANSWER_GRACE)
-    assert StopUnit() not in actions and ResetFailedUnit() not in actions
-    assert p.state is S.ANSWERED
+    assert actions[-2:] == [AnswerWait(waiter, 0), ArmGrace(ANSWER_GRACE)]
     assert handle(p, GraceExpired()) == [StopUnit()]
 
 
 def test_an_answered_error_is_revived_as_the_same_error():
-    """An adopted unit that could not exec answers ENOENT; a lost answer revives it."""
+    """An adopted unit that turns out not to have exec'd answers its parked wait with
+    ENOENT; a lost answer revives it with the same error."""
     p = new(["sh"], label="L", background=True, waitable=True, adopted=True)
+    handle(p, UnitChanged({"ActiveState": "activating", "SubState": "start"}))
+    handle(p, WaitRequested(Waiter("a")))
     props = {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"}
     props.update({"ExecMainPID": 9, "ExecMainCode": 1, "ExecMainStatus": 203})
     handle(p, UnitChanged(props))
-    handle(p, WaitRequested(Waiter("a")))
+    assert p.state is S.ANSWERED
     handle(p, AnswerMaybeLost())
     again = Waiter("b")
     answer = handle(p, WaitRequested(again))[0]

@@ -63,7 +63,7 @@ def test_only_started_waitable_processes_are_kept_while_the_instance_runs():
     replay(collected, "exit-1", until=until_failed("exit-1"))
     handle(collected, WaitRequested(object()))
     handle(collected, OutputDrained())
-    assert collected.state is ProcState.ANSWERED
+    assert collected.state is ProcState.RELEASING
     procs = [kept_running, zombie, foreground, detached, starting, collected]
     assert [p.state for p in procs] == [
         ProcState.RUNNING,
@@ -71,7 +71,7 @@ def test_only_started_waitable_processes_are_kept_while_the_instance_runs():
         ProcState.RUNNING,
         ProcState.RUNNING,
         ProcState.STARTING,
-        ProcState.ANSWERED,
+        ProcState.RELEASING,
     ]
     assert handoff.units_to_keep(procs, handoff.KEEP_WAITABLE, "run") == {
         "run:t1.service",

@@ -228,8 +228,8 @@ def until_failed(name):
 
 def test_waitable_unit_is_kept_as_record_then_collected():
     """A finished waitable process is a ZOMBIE whose unit stays loaded (no ResetFailedUnit)
-    until a wait collects status and output; then, after the answer grace, the failed unit
-    is reset and, once systemd has forgotten it, reaped."""
+    until a wait collects status and output; then the failed unit is reset and, once
+    systemd has forgotten it, reaped."""
     proc = waitable()
     proc.retained_output.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
     pid = pid_of("exit-1")
@@ -244,10 +244,8 @@ def test_waitable_unit_is_kept_as_record_then_collected():
     assert handle(proc, WaitRequested(waiter)) == [DrainOutput()]
     assert handle(proc, OutputDrained()) == [
         AnswerWait(waiter, 256, ({"stream": "stdout", "rank": "0", "data": "x\n"},)),
-        ArmGrace(ANSWER_GRACE),
+        ResetFailedUnit(),
     ]
-    assert proc.state is ProcState.ANSWERED and not proc.visible
-    assert handle(proc, GraceExpired()) == [ResetFailedUnit()]
     assert proc.state is ProcState.RELEASING and not proc.visible
     assert handle(proc, UnitChanged({"ActiveState": "inactive", "SubState": "dead"})) == [Reap()]
     assert proc.state is ProcState.DONE
@@ -387,7 +385,7 @@ def test_wait_parked_before_started_gets_the_exec_failure():
 
 def test_adopted_unit_that_could_not_exec_is_a_zombie_with_its_error():
     """An adopted unit found failed with an exec failure keeps its record: a wait gets
-    the ENOENT, then (after the answer grace) the unit is reset (found by the fuzz test)."""
+    the ENOENT, then the unit is reset (found by the fuzz test)."""
     proc = new(["sh"], label="L", background=True, waitable=True, adopted=True)
     props = {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"}
     props.update({"ExecMainPID": 9, "ExecMainCode": 1, "ExecMainStatus": 203})
@@ -395,9 +393,8 @@ def test_adopted_unit_that_could_not_exec_is_a_zombie_with_its_error():
     assert proc.state is ProcState.ZOMBIE
     assert handle(proc, WaitRequested("w")) == [
         AnswerWait("w", error=(errno.ENOENT, EXEC_FAIL_TEXT)),
-        ArmGrace(ANSWER_GRACE),
+        ResetFailedUnit(),
     ]
-    assert handle(proc, GraceExpired()) == [ResetFailedUnit()]
 
 
 def test_refused_start_answers_its_errno_and_lets_nothing_go():
