@@ -64,6 +64,7 @@ class SdProc:
 
     def __init__(self, exec_request, cmd, unit, adopted=False):
         self.exec_request = exec_request  # the original request message; answers go to it
+        self.adopted = adopted  # found at load, left by an earlier sdexec
         self.cmd = cmd  # the command: argv, env, label, flags, options
         self.start_sent = adopted  # StartTransientUnit was called
         self.stop_sent = False  # StopUnit was called
@@ -84,7 +85,7 @@ class SdProc:
         self.waiter = None  # the parked sdexec.wait request
         self.waiter_parked = False  # it came while the process ran (waits.py: the grace)
         self.answered_to = None  # the wait request last answered, during its grace (waits.py)
-        self.revived = False  # a record brought back because its answer may have been lost
+        self.held = False  # a zombie no waiter is known for, kept for a while (waits.py)
         self.grace = None  # the adapter's grace timer (ArmGrace)
         self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
         self.state = ProcState.STARTING  # where the process is (table.py)

@@ -10,10 +10,15 @@ reaches a module that no longer reads). So the answer to a parked wait does not 
 the record go at once: it is hidden (a second wait gets "not found", as in
 flux-core) and its unit stays loaded for ANSWER_GRACE seconds. If the client that got
 the answer disconnects within the grace, the record is revived: a zombie again,
-collectable by label or pid for REVIVED_HOLD seconds (and handed over by a clean
-unload like any zombie). A grace that ends with the client still connected lets the
-unit go. A wait answered at once (the process was over when it came) lets the record
-go at once, as before: its client was there a moment ago to ask. Pure: stdlib only.
+collectable by label or pid. A grace that ends with the client still connected lets
+the unit go. A wait answered at once (the process was over when it came) lets the
+record go at once, as before: its client was there a moment ago to ask.
+
+The hold: a zombie no client is known to wait for (revived, or of a unit adopted from
+an earlier sdexec) is kept RECORD_HOLD seconds for one to ask, then let go, so that a
+record whose answer was in fact read, or whose job is over, leaves no unit behind. A
+zombie of this sdexec's own exec waits for its wait as long as it takes, as before.
+Pure: stdlib only.
 """
 
 import syslog
@@ -23,13 +28,13 @@ from flux_sdexec.states import ProcState
 
 S = ProcState
 
-# A departing client's disconnect follows the answer by the time its unload takes
-# (milliseconds; seconds on a loaded node): 5 s covers that and delays the stop of each
-# collected unit by no more than that.
-ANSWER_GRACE = 5.0
-# The next client (job-exec loaded again, reattaching by label) asks within seconds; the
-# hold is short enough that a waiter that simply exited leaves nothing behind for long.
-REVIVED_HOLD = 20.0
+# A departing module's disconnect follows its last read by the time its teardown takes
+# (milliseconds); 2 s covers a busy broker, and only jobs that end that close before a
+# job-exec removal are revived without need.
+ANSWER_GRACE = 2.0
+# job-exec loaded again asks by label within seconds of its load (the upgrade loads it
+# right after sdexec); short enough that a record nobody asks for is soon gone.
+RECORD_HOLD = 20.0
 
 
 def output_drained(p, event, out):
@@ -56,6 +61,8 @@ def retain_or_drop(p, out):
         return S.DONE
     if p.waiter is not None:
         return collect(p, out)
+    if p.adopted:
+        return hold(p, out, "no waiter after adoption")
     return S.ZOMBIE
 
 
@@ -70,7 +77,7 @@ def collect(p, out, drained=False):
         out.append(AnswerWait(waiter, error=p.error))
     else:
         out.append(AnswerWait(waiter, p.unit.wait_status, tuple(p.retained_output.items)))
-    p.revived = False
+    p.held = False
     if not parked:
         return release(p, out)
     p.answered_to = waiter
@@ -85,26 +92,24 @@ def answer_maybe_lost(p, event, out):
     if event.label_taken:
         out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label reused, not revived"))
         return release(p, out)
-    p.revived = True
-    out.append(
-        Log(
-            syslog.LOG_INFO,
-            f"{p.logname}[{p.pid}]: its waiter left within {ANSWER_GRACE:g}s of the answer; "
-            f"collectable again for {REVIVED_HOLD:g}s",
-        )
-    )
-    out.append(ArmGrace(REVIVED_HOLD))
+    return hold(p, out, f"its waiter left within {ANSWER_GRACE:g}s of the answer")
+
+
+def hold(p, out, why):
+    p.held = True
+    text = f"{p.logname}[{p.pid}]: {why}: collectable for {RECORD_HOLD:g}s"
+    out += [Log(syslog.LOG_INFO, text), ArmGrace(RECORD_HOLD)]
     return S.ZOMBIE
 
 
 def grace_expired(p, event, out):
-    """End of the answer grace, or of a revived record's hold: let the unit go."""
+    """End of the answer grace, or of a held record's hold: let the unit go."""
     if p.state is S.ANSWERED:
         p.answered_to = None
         return release(p, out)
-    if p.state is S.ZOMBIE and p.revived and p.waiter is None:
-        p.revived = False
-        text = f"{p.logname}[{p.pid}]: not collected again within {REVIVED_HOLD:g}s, let go"
+    if p.state is S.ZOMBIE and p.held and p.waiter is None:
+        p.held = False
+        text = f"{p.logname}[{p.pid}]: not collected within {RECORD_HOLD:g}s, let go"
         out.append(Log(syslog.LOG_INFO, text))
         return release(p, out)
     return p.state  # an expiry that raced with a new arm or a collect

@@ -72,7 +72,9 @@ check_job() {
 
 test_job_setup bgexec
 
+# each test starts once the units of the jobs before it are gone (the answer grace)
 test_expect_success 'the upgrade procedure while 4 jobs run' '
+	sdexec_check_no_units &&
 	clear_logs &&
 	gated_job a 0 0 &&
 	gated_job b 0 3 &&
@@ -100,6 +102,7 @@ test_expect_success 'no unit of the instance is left, nor a guard' '
 '
 
 test_expect_success 'two reloads in a row, a job ending while sdexec is unloaded' '
+	sdexec_check_no_units &&
 	clear_logs &&
 	gated_job e 0 2 &&
 	gated_job f 1 4 &&
@@ -121,6 +124,31 @@ test_expect_success 'two reloads in a row, a job ending while sdexec is unloaded
 	check_job e 2 &&
 	sdexec_check_no_units &&
 	no_guard
+'
+
+# sdexec_pid RANK: the pid of sdexec's module process on broker RANK.
+sdexec_pid() {
+	flux exec -r $1 sh -c 'pgrep -P $(flux getattr broker.pid) -f "sdexec\.py\$"'
+}
+# The answer to job-exec's parked wait goes out before sdexec hears that job-exec left:
+# sdexec is stopped (by its pid) while job-exec is removed and the shell exits, so that
+# it finds both the exit and the disconnect when it resumes.
+test_expect_success 'a shell that exits while job-exec is removed completes after it is back' '
+	clear_logs &&
+	gated_job h 1 6 &&
+	pid=$(sdexec_pid 1) &&
+	test -n "$pid" &&
+	test_when_finished "kill -CONT $pid" &&
+	kill -STOP $pid &&
+	flux module remove job-exec &&
+	touch h &&
+	sdexec_wait_until sdexec_unit_is $(bgexec_unit 1 $(cat h.id)) failed &&
+	kill -CONT $pid &&
+	flux module load job-exec &&
+	check_job h 6 &&
+	flux exec -r 1 flux dmesg >h.dmesg &&
+	test_debug "grep shell-1- h.dmesg" &&
+	sdexec_check_no_units
 '
 
 # set_unload VALUE: [systemd] sdexec-unload in the instance config file.

@@ -2,7 +2,7 @@
 
 After a wait is answered the record is hidden, its unit kept loaded for ANSWER_GRACE;
 the answered client disconnecting within it revives the record (collectable by label
-and pid for REVIVED_HOLD, handed over by a clean unload); a grace that ends with the
+and pid for RECORD_HOLD, handed over by a clean unload); a grace that ends with the
 client connected lets the unit go, as before.
 """
 
@@ -28,15 +28,15 @@ from flux_sdexec.events import (
 from flux_sdexec.machine import handle
 from flux_sdexec.registry import Registry
 from flux_sdexec.states import ProcState
-from flux_sdexec.waits import ANSWER_GRACE, REVIVED_HOLD
+from flux_sdexec.waits import ANSWER_GRACE, RECORD_HOLD
 
 from helpers import new
 from test_proc import pid_of, replay, until_failed
 
 S = ProcState
 LOST = (
-    f"shell-0-f1[{pid_of('exit-1')}]: its waiter left within {ANSWER_GRACE:g}s of the answer; "
-    f"collectable again for {REVIVED_HOLD:g}s"
+    f"shell-0-f1[{pid_of('exit-1')}]: its waiter left within {ANSWER_GRACE:g}s of the answer: "
+    f"collectable for {RECORD_HOLD:g}s"
 )
 
 
@@ -103,7 +103,7 @@ def test_client_gone_within_the_grace_revives_the_record_for_the_next_client():
     assert registry.by_sender("job-exec-1") == [p]
     assert handle(p, AnswerMaybeLost(registry.label_taken(p))) == [
         Log(syslog.LOG_INFO, LOST),
-        ArmGrace(REVIVED_HOLD),
+        ArmGrace(RECORD_HOLD),
     ]
     assert p.state is S.ZOMBIE and p.visible and p.answered_to is None
     assert registry.find(-1, "shell-0-f1") is p
@@ -112,11 +112,11 @@ def test_client_gone_within_the_grace_revives_the_record_for_the_next_client():
 
 
 def test_a_revived_record_nobody_collects_is_let_go_after_the_hold():
-    """A waiter that simply exited after its answer leaves the unit for REVIVED_HOLD."""
+    """A waiter that simply exited after its answer leaves the unit for RECORD_HOLD."""
     p = running()
     collected(p)
     handle(p, AnswerMaybeLost())
-    text = f"shell-0-f1[{p.pid}]: not collected again within {REVIVED_HOLD:g}s, let go"
+    text = f"shell-0-f1[{p.pid}]: not collected within {RECORD_HOLD:g}s, let go"
     assert handle(p, GraceExpired()) == [Log(syslog.LOG_INFO, text), ResetFailedUnit()]
     assert p.state is S.RELEASING and not p.visible
 
@@ -196,3 +196,36 @@ def test_an_answered_error_is_revived_as_the_same_error():
     again = Waiter("b")
     answer = handle(p, WaitRequested(again))[0]
     assert answer.waiter is again and answer.error[0] == errno.ENOENT
+
+
+def test_an_adopted_zombie_is_held_then_let_go():
+    """A unit an earlier sdexec left (a revived record handed over, or a shell that ended
+    while sdexec was unloaded) is collectable for RECORD_HOLD; nobody asking, it goes."""
+    p = new(["sh"], label="L", background=True, waitable=True, adopted=True)
+    props = {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"}
+    props.update({"ExecMainPID": 9, "ExecMainCode": 1, "ExecMainStatus": 3})
+    assert handle(p, UnitChanged(props))[-1] == ArmGrace(RECORD_HOLD)
+    assert p.state is S.ZOMBIE and p.visible and p.held
+    text = f"L[9]: not collected within {RECORD_HOLD:g}s, let go"
+    assert handle(p, GraceExpired()) == [Log(syslog.LOG_INFO, text), ResetFailedUnit()]
+
+
+def test_an_adopted_zombie_collected_within_the_hold_goes_at_once():
+    """The reattached job-exec asks by label: answered at once, the unit let go."""
+    p = new(["sh"], label="L", background=True, waitable=True, adopted=True)
+    props = {"ActiveState": "active", "SubState": "exited", "ExecMainPID": 9}
+    props.update({"ExecMainCode": 1, "ExecMainStatus": 0})
+    handle(p, UnitChanged(props))
+    waiter = Waiter("job-exec-2")
+    assert handle(p, WaitRequested(waiter)) == [AnswerWait(waiter, 0), StopUnit()]
+    assert not p.held
+    assert handle(p, GraceExpired()) == []  # the hold's timer, already armed, is stale
+
+
+def test_a_zombie_of_our_own_exec_waits_for_its_wait_unbounded():
+    """A process this sdexec started, with no wait yet: no hold (flux-core's semantics)."""
+    p = running()
+    assert replay(p, "exit-1", until=until_failed("exit-1"), since=6)[-1] == Log(
+        syslog.LOG_INFO, f"shell-0-f1[{p.pid}]: Exit 1"
+    )
+    assert p.state is S.ZOMBIE and not p.held

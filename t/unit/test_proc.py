@@ -40,7 +40,7 @@ from flux_sdexec.events import (
 )
 from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
-from flux_sdexec.waits import ANSWER_GRACE
+from flux_sdexec.waits import ANSWER_GRACE, RECORD_HOLD
 
 from helpers import CHECK, new
 
@@ -273,7 +273,8 @@ def test_parked_waiter_answered_at_exit_and_survives_disconnect():
 
 
 def test_adopted_finished_unit_becomes_zombie_without_responses():
-    """A leftover unit found at load (active/exited) is collectable and answers nothing."""
+    """A leftover unit found at load (active/exited) is collectable, for RECORD_HOLD, and
+    answers nothing."""
     proc = new(["sh"], label="L", background=True, waitable=True, adopted=True)
     props = {
         "ActiveState": "active",
@@ -282,7 +283,12 @@ def test_adopted_finished_unit_becomes_zombie_without_responses():
         "ExecMainCode": 1,
         "ExecMainStatus": 4,
     }
-    assert handle(proc, UnitChanged(props)) == [StartOutput(), Log(syslog.LOG_INFO, "L[9]: Exit 4")]
+    assert handle(proc, UnitChanged(props)) == [
+        StartOutput(),
+        Log(syslog.LOG_INFO, "L[9]: Exit 4"),
+        Log(syslog.LOG_INFO, f"L[9]: no waiter after adoption: collectable for {RECORD_HOLD:g}s"),
+        ArmGrace(RECORD_HOLD),
+    ]
     assert proc.state is ProcState.ZOMBIE
     assert handle(proc, WaitRequested("w"))[0] == AnswerWait("w", 1024)
 
