@@ -122,6 +122,7 @@ class ActionRunner:
             p.grace = self.svc.watchers.timer(
                 a.seconds, lambda: self.svc.feed(p, GraceExpired(), pump=True), p.unit.name
             )
+        p.grace.stop()  # it may be running (a grace becoming a hold): libev re-arms only stopped
         p.grace.reset(after=a.seconds)
 
     def cancel_timer(self, p, a):
