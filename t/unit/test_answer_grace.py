@@ -17,7 +17,6 @@ from flux_sdexec.events import (
     ArmGrace,
     GraceExpired,
     Log,
-    OutputClosed,
     Reap,
     ResetFailedUnit,
     StopUnit,
