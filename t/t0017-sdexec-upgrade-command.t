@@ -97,6 +97,32 @@ test_expect_success 'flux sdexec upgrade under 16 jobs in flight (some in startu
 	sdexec_check_no_units
 '
 
+# A job held in its startup window: its shells' user rc waits for a gate file (bounded).
+# The shell globs the rc path, so it goes where no space is (the trash directory has one).
+SLOW_RC=$(mktemp -d /tmp/sdexec-t0017.XXXXXX)/slow.lua
+cleanup "rm -rf \"${SLOW_RC%/slow.lua}\""
+cat >$SLOW_RC <<-'EOT'
+local n = 0
+while not io.open("startup.gate") and n < 600 do os.execute("sleep 0.1"); n = n + 1 end
+EOT
+test_expect_success 'a 2-node job in its startup window holds the upgrade until recoverable' '
+	id=$(flux submit -N2 -n2 -o userrc=$SLOW_RC sh -c "sleep 2; exit 2") &&
+	wait_event $id start &&
+	{ $upgrade >startup.out 2>&1 & } &&
+	upid=$! &&
+	sdexec_wait_until grep -q "waiting for 1 job(s) in their startup window: $id" startup.out &&
+	! flux job wait-event -q -p exec $id recoverable -t 0.1 &&
+	! grep "job-exec removed" startup.out &&
+	touch startup.gate &&
+	wait $upid &&
+	test_debug "cat startup.out" &&
+	grep "upgrade: jobs reattached by job-exec: 1 ($id)" startup.out &&
+	wait_event $id clean &&
+	test_expect_code 2 flux job status $id &&
+	! flux job eventlog $id | grep exception &&
+	sdexec_check_no_units
+'
+
 test_expect_success 'with a bulk-exec job running it refuses, saying which, and changes nothing' '
 	flux module reload job-exec method=bulk-exec &&
 	job_exec_method bulk-exec &&

@@ -122,7 +122,7 @@ class Upgrade:
         if problems:
             raise Failure("after the reload: " + "; ".join(problems))
         report.versions = versions
-        say(f"sdexec reloaded on {self.size} rank(s)")
+        say(f"sdexec reloaded and checked on {self.size} rank(s)")
         self.load_job_exec()
         say("job-exec loaded")
         self.start_queues()
@@ -164,7 +164,8 @@ class Upgrade:
 
     def wait_startup(self, force):
         """Wait (at most the timeout in all) until no bgexec job lacks its ``recoverable``
-        event; return job-exec's jobs as they are then."""
+        event and none is being finalized; return job-exec's jobs as they are then (the
+        removal follows at once)."""
         deadline = time.monotonic() + self.timeout
         recoverable = set()
         while True:
@@ -174,9 +175,14 @@ class Upgrade:
             if why:
                 raise Failure(why.replace("refusing to upgrade", "a job started meanwhile"))
             pending = plan.in_startup(jobs.reattachable, recoverable)
-            if not pending:
+            if not pending and not jobs.finalizing:
                 return jobs
-            say(f"waiting for {len(pending)} job(s) in their startup window")
+            if not pending:  # a job being released: a moment, then look again
+                if time.monotonic() >= deadline:
+                    raise Failure(f"jobs still finalizing: {', '.join(jobs.finalizing)}")
+                time.sleep(0.05)
+                continue
+            say(f"waiting for {len(pending)} job(s) in their startup window: {', '.join(pending)}")
             for jobid in pending:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.wait_recoverable(jobid, left):

@@ -15,23 +15,28 @@ REATTACHABLE = frozenset({"bgexec"})
 class Jobs:
     """job-exec's running jobs (its stats-get ``jobs``), sorted out.
 
-    reattachable: ids of bgexec jobs; ending: (id, implementation) of every other job.
+    reattachable: ids of bgexec jobs; ending: (id, implementation) of every other job;
+    finalizing: ids of jobs whose shells are all done and whose release job-exec has
+    yet to send (removed then, job-exec never sends it: the job stays in CLEANUP).
     """
 
     reattachable: tuple
     ending: tuple
+    finalizing: tuple = ()
 
 
 def sort_jobs(jobs):
     """``jobs``: job-exec's stats ``jobs`` object ({id: {"implementation": ...}})."""
-    reattachable, ending = [], []
+    reattachable, ending, finalizing = [], [], []
     for jobid, entry in sorted(jobs.items()):
         impl = entry.get("implementation", "none")
-        if impl in REATTACHABLE:
+        if entry.get("finalizing"):
+            finalizing.append(jobid)
+        elif impl in REATTACHABLE:
             reattachable.append(jobid)
         else:
             ending.append((jobid, impl))
-    return Jobs(tuple(reattachable), tuple(ending))
+    return Jobs(tuple(reattachable), tuple(ending), tuple(finalizing))
 
 
 def in_startup(reattachable, recoverable):

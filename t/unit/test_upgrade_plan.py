@@ -22,6 +22,12 @@ def test_an_entry_without_implementation_is_counted_as_ending():
     assert plan.sort_jobs({"fX": {}}).ending == (("fX", "none"),)
 
 
+def test_a_job_being_finalized_is_set_apart():
+    """Its shells are done, its release not sent yet: the removal must wait for it."""
+    jobs = plan.sort_jobs({"fA": {"implementation": "bgexec", "finalizing": 1}})
+    assert jobs.finalizing == ("fA",) and jobs.reattachable == () and jobs.ending == ()
+
+
 def test_jobs_without_their_recoverable_event_are_in_startup():
     assert plan.in_startup(("fA", "fB", "fC"), {"fB"}) == ["fA", "fC"]
     assert plan.in_startup(("fA",), {"fA"}) == []
