@@ -78,6 +78,20 @@ class WaiterGone:
 
 
 @dataclass(frozen=True)
+class AnswerMaybeLost:
+    """The client whose wait was just answered disconnected within the grace: the answer
+    may never have been read (a module unloading as it came). ``label_taken``: another
+    visible process has this one's label by now."""
+
+    label_taken: bool = False
+
+
+@dataclass(frozen=True)
+class GraceExpired:
+    """The grace timer armed by ArmGrace ran out."""
+
+
+@dataclass(frozen=True)
 class Unloading:
     """The module is unloading: answer what is owed, then stop the unit, or with
     ``keep`` leave it running for the next sdexec to adopt (see handoff.py)."""
@@ -152,6 +166,13 @@ class KillUnit:
 @dataclass(frozen=True)
 class ArmTimer:
     """(Re)arm the stop timer for ``seconds``."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ArmGrace:
+    """(Re)arm the process's grace timer (waits.py) for ``seconds``; it feeds GraceExpired."""
 
     seconds: float
 

@@ -46,6 +46,13 @@ class Registry:
     def has_label(self, label):
         return any(p.cmd.label == label and p.visible for p in self._by_unit.values())
 
+    def label_taken(self, p):
+        """Another visible process has ``p``'s label (so ``p`` may not become visible)."""
+        label = p.cmd.label
+        return label is not None and any(
+            q is not p and q.cmd.label == label and q.visible for q in self._by_unit.values()
+        )
+
     def by_request(self, sender, matchtag):
         """The process whose exec request came from ``sender`` with ``matchtag``."""
         for p in self._by_unit.values():
@@ -55,10 +62,13 @@ class Registry:
         return None
 
     def by_sender(self, sender):
-        """Every process whose exec request or parked wait came from ``sender``."""
+        """Every process whose exec request, parked wait or just answered wait came from
+        ``sender``."""
         return [
             p
             for p in self._by_unit.values()
-            if (p.exec_request is not None and p.exec_request.sender == sender)
-            or (p.waiter is not None and p.waiter.sender == sender)
+            if any(
+                r is not None and r.sender == sender
+                for r in (p.exec_request, p.waiter, p.answered_to)
+            )
         ]

@@ -64,6 +64,7 @@ class SdProc:
 
     def __init__(self, exec_request, cmd, unit, adopted=False):
         self.exec_request = exec_request  # the original request message; answers go to it
+        self.adopted = adopted  # found at load, left by an earlier sdexec
         self.cmd = cmd  # the command: argv, env, label, flags, options
         self.start_sent = adopted  # StartTransientUnit was called
         self.stop_sent = False  # StopUnit was called
@@ -82,6 +83,10 @@ class SdProc:
         self.finished_response_sent = False  # "finished" answered (or exit logged, background)
         self.error = None  # (errno, text) for the terminal response
         self.waiter = None  # the parked sdexec.wait request
+        self.waiter_parked = False  # it came while the process ran (waits.py: the grace)
+        self.answered_to = None  # the wait request last answered, during its grace (waits.py)
+        self.held = False  # a zombie no waiter is known for, kept for a while (waits.py)
+        self.grace = None  # the adapter's grace timer (ArmGrace)
         self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
         self.state = ProcState.STARTING  # where the process is (table.py)
         self.started_at = None  # wall-clock start (epoch s), set by the adapter; sdexec.units
@@ -151,8 +156,9 @@ class SdProc:
 
     @property
     def visible(self):
-        """Listed and found by pid or label (a releasing process is only being let go)."""
-        return self.state not in (ProcState.RELEASING, ProcState.DONE)
+        """Listed and found by pid or label (an answered one only waits out its grace, a
+        releasing one is only being let go)."""
+        return self.state not in (ProcState.ANSWERED, ProcState.RELEASING, ProcState.DONE)
 
     @property
     def finished(self):
@@ -162,6 +168,11 @@ class SdProc:
     @property
     def owes_exec_response(self):
         """The exec request still waits for a (terminal) response."""
-        if self.state in (ProcState.DONE, ProcState.ZOMBIE, ProcState.RELEASING):
+        if self.state in (
+            ProcState.DONE,
+            ProcState.ZOMBIE,
+            ProcState.ANSWERED,
+            ProcState.RELEASING,
+        ):
             return False
         return not self.cmd.background or not self.started_response_sent

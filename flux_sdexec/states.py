@@ -14,6 +14,7 @@ class ProcState(enum.Enum):
     FINISHED = "finished"  # exit status known and reported, waiting for the unit to go and EOFs
     FAILED = "failed"  # an error is stored, waiting for the unit to go away
     ZOMBIE = "zombie"  # background waitable, over, its unit kept as the record for sdexec.wait
+    ANSWERED = "answered"  # its wait was answered; the record is kept a grace (waits.py)
     RELEASING = "releasing"  # all answered; waiting for systemd to forget the unit
     DONE = "done"  # nothing more is owed; the adapter forgets it
 

@@ -17,7 +17,7 @@ design and flux-core's sdexec.c:
 - reset-failed: a unit whose process failed (non-zero exit, signal, exec failure)
   stays loaded as failed until ResetFailedUnit; reset it so nothing is left behind.
   A waitable background unit is the exception: it stays loaded, as the record of the
-  status, until a wait collects it.
+  status, until a wait collects it, and a short grace after that (waits.py).
 - EOF/ENODATA order: ENODATA closes the exec stream, so it goes out only when the
   unit is gone (inactive again) and every output channel has reached EOF: nothing
   can follow it.
@@ -30,8 +30,10 @@ Pure: stdlib only.
 from flux_sdexec import lifecycle as h
 from flux_sdexec import waits as w
 from flux_sdexec.events import (
+    AnswerMaybeLost,
     ContainmentChecked,
     ClientGone,
+    GraceExpired,
     OutputChunk,
     OutputClosed,
     OutputDrained,
@@ -46,9 +48,9 @@ from flux_sdexec.states import ESCALATING, LIVE, Phase, ProcState
 
 S = ProcState
 STARTING, RUNNING, FINISHED, FAILED = S.STARTING, S.RUNNING, S.FINISHED, S.FAILED
-ZOMBIE, RELEASING, DONE = S.ZOMBIE, S.RELEASING, S.DONE
+ZOMBIE, ANSWERED, RELEASING, DONE = S.ZOMBIE, S.ANSWERED, S.RELEASING, S.DONE
 # where a process whose unit is over may end up, depending on its flags
-ENDS = {DONE, ZOMBIE, RELEASING}
+ENDS = {DONE, ZOMBIE, ANSWERED, RELEASING}
 
 TABLE = {}
 
@@ -69,7 +71,7 @@ row([STARTING], Phase.STARTED, [RUNNING], h.started)
 # (or answers its parked wait)
 row([RUNNING], Phase.EXITED, [FINISHED, *ENDS], h.exited)
 # exec failure (systemd exit 200-243): stored as ENOENT, answered when the unit is gone
-row([STARTING, RUNNING], Phase.EXEC_FAILED, [FAILED, ZOMBIE, RELEASING], h.exec_failed)
+row([STARTING, RUNNING], Phase.EXEC_FAILED, [FAILED, ZOMBIE, ANSWERED, RELEASING], h.exec_failed)
 # stop / reset-failed, unless the unit is kept as a waitable's record
 row(ESCALATING, Phase.OVER, [None], h.over)
 # the stop timer starts when systemd starts stopping the unit
@@ -88,19 +90,24 @@ row(ESCALATING, StartFailed, [DONE], h.start_failed)
 row(LIVE, OutputChunk, [None], h.output_chunk)
 row(LIVE, OutputClosed, [None], h.output_closed)
 # a wait asked for the output written so far: answer it now
-row([ZOMBIE], OutputDrained, [ZOMBIE, RELEASING, DONE], w.output_drained)
+row([ZOMBIE], OutputDrained, [ZOMBIE, ANSWERED, RELEASING, DONE], w.output_drained)
 # the answer to CheckContainment; a process that failed meanwhile ignores it
 row([STARTING], ContainmentChecked, [STARTING, FAILED], h.post_start_checked)
 row([FAILED], ContainmentChecked, [FAILED], h.post_start_checked)
 # escalation steps; a zombie or releasing process has no timer, but an expiry may have
 # been queued before the cancel
 row(ESCALATING, StopTimerExpired, [None, *ENDS], h.stop_timer_expired)
-row([ZOMBIE, RELEASING], StopTimerExpired, [None], h.same)
+row([ZOMBIE, ANSWERED, RELEASING], StopTimerExpired, [None], h.same)
 # a gone client's foreground unit is SIGKILLed; background units live on
 row(LIVE, ClientGone, [None], h.client_gone)
 # a wait parks until the process is over, or collects a zombie's status
 row(ESCALATING, WaitRequested, [None], w.wait_requested)
 row([ZOMBIE], WaitRequested, [ZOMBIE, RELEASING, DONE], w.wait_requested)
 row([*ESCALATING, ZOMBIE], WaiterGone, [None], w.waiter_gone)
+# the answer grace (waits.py): the client of an answered parked wait left soon after, so
+# the answer may be lost: the record is a zombie again; a grace (or a revived record's
+# hold) that ends lets the unit go
+row([ANSWERED], AnswerMaybeLost, [ZOMBIE, RELEASING, DONE], w.answer_maybe_lost)
+row(LIVE, GraceExpired, [None, RELEASING, DONE], w.grace_expired)
 # unload answers what is owed (ENOSYS) and lets the unit go
 row(LIVE, Unloading, [DONE], h.unloading)

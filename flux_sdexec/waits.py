@@ -2,14 +2,39 @@
 
 Handlers and steps of table.py's rows for ``sdexec.wait`` (see lifecycle.py for
 the calling convention). A wait is answered only once the output read so far is
-in (DrainOutput, then OutputDrained), so the retained tail is complete. Pure:
-stdlib only.
+in (DrainOutput, then OutputDrained), so the retained tail is complete.
+
+The answer grace: a wait parked while the process ran may belong to a client that is
+leaving just as the process ends (job-exec removed as a job shell exits: the answer
+reaches a module that no longer reads). So the answer to a parked wait does not let
+the record go at once: it is hidden (a second wait gets "not found", as in
+flux-core) and its unit stays loaded for ANSWER_GRACE seconds. If the client that got
+the answer disconnects within the grace, the record is revived: a zombie again,
+collectable by label or pid. A grace that ends with the client still connected lets
+the unit go. A wait answered at once (the process was over when it came) lets the
+record go at once, as before: its client was there a moment ago to ask.
+
+The hold: a zombie no client is known to wait for (revived, or of a unit adopted from
+an earlier sdexec) is kept RECORD_HOLD seconds for one to ask, then let go, so that a
+record whose answer was in fact read, or whose job is over, leaves no unit behind. A
+zombie of this sdexec's own exec waits for its wait as long as it takes, as before.
+Pure: stdlib only.
 """
 
-from flux_sdexec.events import AnswerWait, DrainOutput
+import syslog
+
+from flux_sdexec.events import AnswerWait, ArmGrace, DrainOutput, Log
 from flux_sdexec.states import ProcState
 
 S = ProcState
+
+# A departing module's disconnect follows its last read by the time its teardown takes
+# (milliseconds); 2 s covers a busy broker, and only jobs that end that close before a
+# job-exec removal are revived without need.
+ANSWER_GRACE = 2.0
+# job-exec loaded again asks by label within seconds of its load (the upgrade loads it
+# right after sdexec); short enough that a record nobody asks for is soon gone.
+RECORD_HOLD = 20.0
 
 
 def output_drained(p, event, out):
@@ -20,13 +45,14 @@ def output_drained(p, event, out):
 
 def wait_requested(p, event, out):
     p.waiter = event.waiter
+    p.waiter_parked = p.state is not S.ZOMBIE
     if p.state is S.ZOMBIE:
         return collect(p, out)
     return p.state
 
 
 def waiter_gone(p, event, out):
-    p.waiter = None
+    p.waiter, p.waiter_parked = None, False
     return p.state
 
 
@@ -35,19 +61,60 @@ def retain_or_drop(p, out):
         return S.DONE
     if p.waiter is not None:
         return collect(p, out)
+    if p.adopted:
+        return hold(p, out, "no waiter after adoption")
     return S.ZOMBIE
 
 
 def collect(p, out, drained=False):
     """Answer the waiter with the status (or stored error) once the output read so far is
-    in, then let the unit go."""
+    in; then keep the record for the answer grace (a parked wait) or let it go."""
     if not drained and p.output_open:
         out.append(DrainOutput())
         return S.ZOMBIE
-    waiter, p.waiter = p.waiter, None
+    waiter, parked, p.waiter, p.waiter_parked = p.waiter, p.waiter_parked, None, False
     if p.error is not None:
         out.append(AnswerWait(waiter, error=p.error))
     else:
         out.append(AnswerWait(waiter, p.unit.wait_status, tuple(p.retained_output.items)))
+    p.held = False
+    if not parked:
+        return release(p, out)
+    p.answered_to = waiter
+    out.append(ArmGrace(ANSWER_GRACE))
+    return S.ANSWERED
+
+
+def answer_maybe_lost(p, event, out):
+    """The answered client left within the grace: collectable again, unless a newer
+    process took the label meanwhile (then there would be two)."""
+    p.answered_to = None
+    if event.label_taken:
+        out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label reused, not revived"))
+        return release(p, out)
+    return hold(p, out, f"its waiter left within {ANSWER_GRACE:g}s of the answer")
+
+
+def hold(p, out, why):
+    p.held = True
+    text = f"{p.logname}[{p.pid}]: {why}: collectable for {RECORD_HOLD:g}s"
+    out += [Log(syslog.LOG_INFO, text), ArmGrace(RECORD_HOLD)]
+    return S.ZOMBIE
+
+
+def grace_expired(p, event, out):
+    """End of the answer grace, or of a held record's hold: let the unit go."""
+    if p.state is S.ANSWERED:
+        p.answered_to = None
+        return release(p, out)
+    if p.state is S.ZOMBIE and p.held and p.waiter is None:
+        p.held = False
+        text = f"{p.logname}[{p.pid}]: not collected within {RECORD_HOLD:g}s, let go"
+        out.append(Log(syslog.LOG_INFO, text))
+        return release(p, out)
+    return p.state  # an expiry that raced with a new arm or a collect
+
+
+def release(p, out):
     out += p.forget()
     return S.DONE if p.unit.gone else S.RELEASING

@@ -13,11 +13,13 @@ from flux_sdexec.errors import UnitError
 from flux_sdexec.events import (
     ContainmentChecked,
     AnswerWait,
+    ArmGrace,
     ArmTimer,
     CancelTimer,
     CheckContainment,
     CloseChannels,
     DrainOutput,
+    GraceExpired,
     KillUnit,
     Log,
     OutputDrained,
@@ -50,6 +52,7 @@ class ActionRunner:
             ResetFailedUnit: self.reset_failed_unit,
             KillUnit: self.kill_unit,
             ArmTimer: self.arm_timer,
+            ArmGrace: self.arm_grace,
             CancelTimer: self.cancel_timer,
             Log: self.log,
             Reap: self.reap,
@@ -114,6 +117,14 @@ class ActionRunner:
             )
         p.stop.io.reset(after=a.seconds)
 
+    def arm_grace(self, p, a):
+        if p.grace is None:
+            p.grace = self.svc.watchers.timer(
+                a.seconds, lambda: self.svc.feed(p, GraceExpired(), pump=True), p.unit.name
+            )
+        p.grace.stop()  # it may be running (a grace becoming a hold): libev re-arms only stopped
+        p.grace.reset(after=a.seconds)
+
     def cancel_timer(self, p, a):
         if p.stop.io is not None:
             p.stop.io.stop()
@@ -122,13 +133,17 @@ class ActionRunner:
         self.svc.log(a.level, a.text)
 
     def reap(self, p, a):
-        """Release the unit watch, the timer and the channels."""
+        """Release the unit watch, the timers and the channels."""
         self.svc.bridge.unwatch(p.unit.name)
         p.watching = False
         if p.stop.io is not None:
             p.stop.io.stop()
             p.stop.io.destroy()
             p.stop.io = None
+        if p.grace is not None:
+            p.grace.stop()
+            p.grace.destroy()
+            p.grace = None
         self.close_channels(p, a)
 
     def quietly(self, p, what, call, *args):

@@ -23,6 +23,7 @@ from flux_sdexec.adapters.outbox import Flow
 from flux_sdexec.adapters.sinks import output_sink
 from flux_sdexec.errors import RequestError
 from flux_sdexec.events import (
+    AnswerMaybeLost,
     ClientGone,
     OutputClosed,
     StartFailed,
@@ -181,12 +182,16 @@ class Requests:
         self.svc.responder.respond(msg, introspect.units(self.svc, untracked))
 
     def disconnect(self, msg):
-        """RFC 6 disconnect: tell the client's processes and the ones it waits on."""
+        """RFC 6 disconnect: tell the client's processes, the ones it waits on, and the
+        ones whose status it was just answered (it may have left with it unread)."""
         sender = sender_of(msg)
+        registry = self.svc.registry
         self.svc.lookups.cancel(sender)
-        for p in self.svc.registry.by_sender(sender):
+        for p in registry.by_sender(sender):
             if p.exec_request is not None and p.exec_request.sender == sender:
                 self.svc.feed(p, ClientGone())
             if p.waiter is not None and p.waiter.sender == sender:
                 self.svc.feed(p, WaiterGone())
+            if p.answered_to is not None and p.answered_to.sender == sender:
+                self.svc.feed(p, AnswerMaybeLost(registry.label_taken(p)))
         self.svc.bus.pump()

@@ -22,14 +22,17 @@ import signal
 
 from flux_sdexec import handoff
 from flux_sdexec.events import (
+    AnswerMaybeLost,
     ContainmentChecked,
     AnswerWait,
+    ArmGrace,
     ArmTimer,
     CancelTimer,
     CheckContainment,
     ClientGone,
     CloseChannels,
     DrainOutput,
+    GraceExpired,
     KillUnit,
     OutputChunk,
     OutputClosed,
@@ -84,6 +87,7 @@ class Walk:
         self.refused = not self.adopted and rng.random() < 0.05  # the start's reply is an error
         self.reading = False
         self.timer = False
+        self.grace = False  # the grace timer (ArmGrace) is armed
         self.closed = False  # CloseChannels or Reap: no more output events
         self.eof = {s: False for s in streams if not self.adopted}
         self.answers = {"exec": []}  # request -> responses
@@ -128,6 +132,8 @@ class Walk:
             self.timer = True
         elif kind is CancelTimer:
             self.timer = False
+        elif kind is ArmGrace:
+            self.grace = True
         elif kind is StopUnit:
             self.sim.stop_unit()
         elif kind is KillUnit:
@@ -135,7 +141,7 @@ class Walk:
         elif kind is ResetFailedUnit:
             self.sim.reset_failed()
         if kind is Reap:
-            self.timer = False
+            self.timer = self.grace = False
 
     def choices(self, settling=False):
         """What may happen next, as (name, callable)."""
@@ -155,6 +161,8 @@ class Walk:
                 out.append(lambda: self.feed(OutputChunk(stream, "0", b"line\n")))
         if self.timer:
             out.append(self.expire)
+        if self.grace and (settling or self.rng.random() < 0.3):
+            out.append(self.grace_ends)
         if settling:  # last: what the process does when nothing else is due
             out += sim.spontaneous()
         if not settling:
@@ -163,12 +171,23 @@ class Walk:
                 out.append(self.wait)
             if p.waiter is not None:
                 out.append(self.waiter_gone)
+            if p.answered_to is not None:
+                out.append(self.answer_maybe_lost)
             out.append(lambda: self.feed(ClientGone()))
         return out
 
     def expire(self):
         self.timer = False  # a one-shot timer: ArmTimer again to re-arm
         self.feed(StopTimerExpired())
+
+    def grace_ends(self):
+        self.grace = False
+        self.feed(GraceExpired())
+
+    def answer_maybe_lost(self):
+        """The answered waiter disconnects within the grace; a newer process may have
+        taken the label meanwhile."""
+        self.feed(AnswerMaybeLost(label_taken=self.rng.random() < 0.2))
 
     def close(self, stream):
         self.eof[stream] = True

@@ -15,7 +15,9 @@ from flux_sdexec.events import (
     CheckContainment,
     AnswerWait,
     DrainOutput,
+    GraceExpired,
     OutputDrained,
+    ArmGrace,
     ArmTimer,
     CancelTimer,
     ClientGone,
@@ -38,6 +40,7 @@ from flux_sdexec.events import (
 )
 from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
+from flux_sdexec.waits import ANSWER_GRACE, RECORD_HOLD
 
 from helpers import CHECK, new
 
@@ -260,15 +263,18 @@ def test_parked_waiter_answered_at_exit_and_survives_disconnect():
     failed = until_failed("exit-1")
     actions = replay(proc, "exit-1", until=failed - 1, since=6)
     # the status arrives on the Service signal, while the unit is still active: the
-    # output written so far is drained, then the wait answered and the unit stopped;
-    # ResetFailedUnit when it turns failed, Reap when systemd forgot it
+    # output written so far is drained, then the wait answered and the grace armed;
     assert actions[-1] == DrainOutput()
-    assert handle(proc, OutputDrained()) == [AnswerWait(second, 256), StopUnit()]
-    assert replay(proc, "exit-1", since=failed - 1) == [ResetFailedUnit(), Reap()]
+    assert handle(proc, OutputDrained()) == [AnswerWait(second, 256), ArmGrace(ANSWER_GRACE)]
+    # the unit fails on its own meanwhile; the grace's end resets it
+    assert replay(proc, "exit-1", until=failed + 1, since=failed - 1) == []
+    assert handle(proc, GraceExpired()) == [ResetFailedUnit()]
+    assert replay(proc, "exit-1", since=failed + 1) == [Reap()]
 
 
 def test_adopted_finished_unit_becomes_zombie_without_responses():
-    """A leftover unit found at load (active/exited) is collectable and answers nothing."""
+    """A leftover unit found at load (active/exited) is collectable, for RECORD_HOLD, and
+    answers nothing."""
     proc = new(["sh"], label="L", background=True, waitable=True, adopted=True)
     props = {
         "ActiveState": "active",
@@ -277,7 +283,12 @@ def test_adopted_finished_unit_becomes_zombie_without_responses():
         "ExecMainCode": 1,
         "ExecMainStatus": 4,
     }
-    assert handle(proc, UnitChanged(props)) == [StartOutput(), Log(syslog.LOG_INFO, "L[9]: Exit 4")]
+    assert handle(proc, UnitChanged(props)) == [
+        StartOutput(),
+        Log(syslog.LOG_INFO, "L[9]: Exit 4"),
+        Log(syslog.LOG_INFO, f"L[9]: no waiter after adoption: collectable for {RECORD_HOLD:g}s"),
+        ArmGrace(RECORD_HOLD),
+    ]
     assert proc.state is ProcState.ZOMBIE
     assert handle(proc, WaitRequested("w"))[0] == AnswerWait("w", 1024)
 

@@ -1,0 +1,128 @@
+"""The decisions of ``flux sdexec upgrade``, apart from the broker: which running jobs
+survive a job-exec removal, which hold it up, what each rank must show afterwards, and
+the report. Pure: stdlib only (cli/upgrade.py talks to flux).
+"""
+
+from dataclasses import dataclass, field
+
+# job-exec reattaches only these after its reload (RFC 50): a bgexec job shell runs in a
+# waitable sdexec unit that outlives job-exec; any other implementation's job shells
+# end with job-exec's streams.
+REATTACHABLE = frozenset({"bgexec"})
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """job-exec's running jobs (its stats-get ``jobs``), sorted out.
+
+    reattachable: ids of bgexec jobs; ending: (id, implementation) of every other job;
+    finalizing: ids of jobs whose shells are all done and whose release job-exec has
+    yet to send (removed then, job-exec never sends it: the job stays in CLEANUP).
+    """
+
+    reattachable: tuple
+    ending: tuple
+    finalizing: tuple = ()
+
+
+def sort_jobs(jobs):
+    """``jobs``: job-exec's stats ``jobs`` object ({id: {"implementation": ...}})."""
+    reattachable, ending, finalizing = [], [], []
+    for jobid, entry in sorted(jobs.items()):
+        impl = entry.get("implementation", "none")
+        if entry.get("finalizing"):
+            finalizing.append(jobid)
+        elif impl in REATTACHABLE:
+            reattachable.append(jobid)
+        else:
+            ending.append((jobid, impl))
+    return Jobs(tuple(reattachable), tuple(ending), tuple(finalizing))
+
+
+def in_startup(reattachable, recoverable):
+    """The bgexec jobs still in their startup window: no RFC 50 ``recoverable`` event in
+    their exec eventlog yet (job-exec would refuse to reattach them)."""
+    return [j for j in reattachable if j not in recoverable]
+
+
+def refusal(jobs, force):
+    """Why the upgrade must not go on (a message), or None. Jobs that would end make it
+    refuse unless ``force``."""
+    if not jobs.ending or force:
+        return None
+    return (
+        "refusing to upgrade: these running jobs would end, since their job shells' "
+        f"streams end with job-exec: {describe(jobs.ending)} "
+        "(wait for them to finish, or use --force to end them)"
+    )
+
+
+def describe(ending):
+    """``id (implementation), ...``."""
+    return ", ".join(f"{jobid} ({impl})" for jobid, impl in ending)
+
+
+def job_exec_args(stats_method, config_method):
+    """The arguments job-exec is loaded again with: its method, if it is not the one the
+    config would give it (it was loaded with ``method=``)."""
+    if stats_method and stats_method != (config_method or "bulk-exec"):
+        return [f"method={stats_method}"]
+    return []
+
+
+def rank_problems(expected_path, mods_by_rank, stats_by_rank):
+    """What is wrong with the sdexec each rank runs after the reload (a list of texts).
+
+    Args:
+        expected_path: the module file asked for.
+        mods_by_rank: {rank: the "mods" list of module.list, or an error text}.
+        stats_by_rank: {rank: sdexec.stats-get's answer, or an error text}.
+    """
+    problems = []
+    for rank in sorted(mods_by_rank):
+        mods = mods_by_rank[rank]
+        if isinstance(mods, str):
+            problems.append(f"rank {rank}: module list failed: {mods}")
+            continue
+        paths = [m.get("path") for m in mods if m.get("name") == "sdexec"]
+        if not paths:
+            problems.append(f"rank {rank}: sdexec is not loaded")
+        elif paths[0] != expected_path:
+            problems.append(f"rank {rank}: sdexec runs {paths[0]}, not {expected_path}")
+        stats = stats_by_rank.get(rank)
+        if isinstance(stats, str):
+            problems.append(f"rank {rank}: sdexec does not answer: {stats}")
+        elif isinstance(stats, dict) and stats.get("file") not in (None, expected_path):
+            problems.append(f"rank {rank}: sdexec reports file {stats['file']}")
+    return problems
+
+
+@dataclass
+class Report:
+    """What the upgrade did, for the closing lines."""
+
+    module: str
+    ranks: int
+    queues: list = field(default_factory=list)  # the queues it stopped and started again
+    reattached: list = field(default_factory=list)  # bgexec jobs left running
+    ended: list = field(default_factory=list)  # (id, implementation) ended by --force
+    waited_startup: float = 0.0  # seconds spent waiting for startup windows to close
+    held: float = 0.0  # seconds from the queue stop to the queue start
+    versions: dict = field(default_factory=dict)  # rank -> version, when sdexec says
+
+    def lines(self):
+        queues = ", ".join(q or "(default)" for q in self.queues) or "none were started"
+        out = [
+            f"sdexec reloaded from {self.module} on {self.ranks} rank(s)",
+            f"queues stopped and started again: {queues}",
+            f"waited {self.waited_startup:.1f}s for jobs in their startup window",
+            f"jobs reattached by job-exec: {len(self.reattached)}"
+            + (f" ({', '.join(self.reattached)})" if self.reattached else ""),
+        ]
+        if self.ended:
+            out.append(f"jobs ended (--force): {describe(self.ended)}")
+        if self.versions:
+            seen = sorted(set(self.versions.values()))
+            out.append(f"sdexec version: {', '.join(seen)}")
+        out.append(f"scheduling was held for {self.held:.1f}s")
+        return out

@@ -1,0 +1,104 @@
+"""The decisions of ``flux sdexec upgrade``, without a broker: which jobs block or end,
+what a rank must show after the reload, job-exec's arguments, the report."""
+
+from flux_sdexec.cli import upgrade_plan as plan
+
+MODULE = "/opt/sdexec/sdexec.py"
+
+
+def stats_jobs(**impls):
+    """job-exec's stats ``jobs`` with one entry per id=implementation."""
+    return {jobid: {"implementation": impl, "running": 1} for jobid, impl in impls.items()}
+
+
+def test_bgexec_jobs_are_reattached_every_other_implementation_ends():
+    jobs = plan.sort_jobs(stats_jobs(fB="bgexec", fA="bulk-exec", fC="bgexec", fD="testexec"))
+    assert jobs.reattachable == ("fB", "fC")
+    assert jobs.ending == (("fA", "bulk-exec"), ("fD", "testexec"))
+
+
+def test_an_entry_without_implementation_is_counted_as_ending():
+    """job-exec says "none" for a job it has no implementation for yet: not reattachable."""
+    assert plan.sort_jobs({"fX": {}}).ending == (("fX", "none"),)
+
+
+def test_a_job_being_finalized_is_set_apart():
+    """Its shells are done, its release not sent yet: the removal must wait for it."""
+    jobs = plan.sort_jobs({"fA": {"implementation": "bgexec", "finalizing": 1}})
+    assert jobs.finalizing == ("fA",) and jobs.reattachable == () and jobs.ending == ()
+
+
+def test_jobs_without_their_recoverable_event_are_in_startup():
+    assert plan.in_startup(("fA", "fB", "fC"), {"fB"}) == ["fA", "fC"]
+    assert plan.in_startup(("fA",), {"fA"}) == []
+
+
+def test_ending_jobs_refuse_naming_them_unless_forced():
+    jobs = plan.sort_jobs(stats_jobs(fA="bulk-exec", fB="bgexec"))
+    why = plan.refusal(jobs, force=False)
+    assert why.startswith("refusing to upgrade: these running jobs would end")
+    assert "fA (bulk-exec)" in why and "fB" not in why and "--force" in why
+    assert plan.refusal(jobs, force=True) is None
+
+
+def test_only_reattachable_jobs_never_refuse():
+    assert plan.refusal(plan.sort_jobs(stats_jobs(fB="bgexec")), force=False) is None
+    assert plan.refusal(plan.sort_jobs({}), force=False) is None
+
+
+def test_job_exec_keeps_a_method_it_was_loaded_with():
+    """Loaded with method=bulk-exec over a config saying bgexec: loaded again with it;
+    a method the config gives (or the default, bulk-exec) needs no argument."""
+    assert plan.job_exec_args("bulk-exec", "bgexec") == ["method=bulk-exec"]
+    assert plan.job_exec_args("bgexec", None) == ["method=bgexec"]
+    assert plan.job_exec_args("bgexec", "bgexec") == []
+    assert plan.job_exec_args("bulk-exec", None) == []
+
+
+def mods(path=MODULE):
+    return [{"name": "job-exec", "path": "job-exec"}, {"name": "sdexec", "path": path}]
+
+
+def test_every_rank_running_the_new_file_and_answering_passes():
+    stats = {0: {"procs": {}}, 1: {"procs": {}, "file": MODULE}}
+    assert plan.rank_problems(MODULE, {0: mods(), 1: mods()}, stats) == []
+
+
+def test_each_wrong_rank_is_named_with_what_is_wrong():
+    problems = plan.rank_problems(
+        MODULE,
+        {0: mods("/old/sdexec.py"), 1: [], 2: "no answer within 5s", 3: mods()},
+        {0: {}, 1: {}, 2: {}, 3: "Function not implemented"},
+    )
+    assert problems == [
+        f"rank 0: sdexec runs /old/sdexec.py, not {MODULE}",
+        "rank 1: sdexec is not loaded",
+        "rank 2: module list failed: no answer within 5s",
+        "rank 3: sdexec does not answer: Function not implemented",
+    ]
+
+
+def test_a_rank_whose_sdexec_reports_another_file_is_wrong():
+    problems = plan.rank_problems(MODULE, {0: mods()}, {0: {"file": "/elsewhere.py"}})
+    assert problems == ["rank 0: sdexec reports file /elsewhere.py"]
+
+
+def test_report_says_what_was_done_and_how_long_jobs_were_held():
+    report = plan.Report(module=MODULE, ranks=2, queues=[None], reattached=["fA", "fB"])
+    report.waited_startup, report.held, report.versions = 1.25, 3.04, {0: "0.2", 1: "0.2"}
+    assert report.lines() == [
+        f"sdexec reloaded from {MODULE} on 2 rank(s)",
+        "queues stopped and started again: (default)",
+        "waited 1.2s for jobs in their startup window",
+        "jobs reattached by job-exec: 2 (fA, fB)",
+        "sdexec version: 0.2",
+        "scheduling was held for 3.0s",
+    ]
+
+
+def test_report_names_the_jobs_force_ended_and_queues_none_started():
+    report = plan.Report(module=MODULE, ranks=1, ended=[("fA", "bulk-exec")])
+    lines = report.lines()
+    assert "queues stopped and started again: none were started" in lines
+    assert "jobs ended (--force): fA (bulk-exec)" in lines
+    assert "jobs reattached by job-exec: 0" in lines
