@@ -33,8 +33,9 @@ S = ProcState
 # job-exec removal are revived without need.
 ANSWER_GRACE = 2.0
 # job-exec loaded again asks by label within seconds of its load (the upgrade loads it
-# right after sdexec); short enough that a record nobody asks for is soon gone.
-RECORD_HOLD = 20.0
+# right after sdexec); a minute leaves an admin reloading job-exec by hand after an sdexec
+# crash time to do it, and a record nobody asks for is still soon gone.
+RECORD_HOLD = 60.0
 
 
 def output_drained(p, event, out):

@@ -28,5 +28,6 @@ def test_tracked_counts_every_live_state_counted():
         "finished": 0,
         "failed": 0,
         "zombie": 1,
+        "answered": 0,
         "releasing": 0,
     }
