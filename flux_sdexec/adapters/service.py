@@ -11,7 +11,7 @@ before a start), ``teardown`` (unload).
 import errno
 import json
 
-from flux_sdexec import handoff, unitstate
+from flux_sdexec import handoff, settle, unitstate
 from flux_sdexec.adapters import adopt, cgroup
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.mapper_client import MapperLookups
@@ -20,12 +20,13 @@ from flux_sdexec.adapters.outbox import Outbox
 from flux_sdexec.adapters.systemd import guard, teardown
 from flux_sdexec.adapters.systemd.bridge import SystemdBridge
 from flux_sdexec.adapters.systemd.bus import BusWatcher
+from flux_sdexec.adapters.systemd.calls import Calls
+from flux_sdexec.adapters.systemd.sweeper import Sweeper
 from flux_sdexec.adapters.watchers import Watchers
 from flux_sdexec.errors import RequestError, UnitError
 from flux_sdexec.events import (
     KillUnit,
     ResetFailedUnit,
-    StartFailed,
     StopUnit,
     UnitChanged,
     Unloading,
@@ -54,6 +55,7 @@ class SdexecService:
         unload_policy: ``[systemd] sdexec-unload``.
         containment_check: ``[sdexec] containment-check``.
         broker_pid: the broker's pid, watched by the guard of handed-over units.
+        systemd_timeout: ``[sdexec] systemd-timeout``, the budget of a systemd call.
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class SdexecService:
         unload_policy=handoff.KEEP_WAITABLE,
         containment_check="enforce",
         broker_pid=None,
+        systemd_timeout=settle.DEFAULT_BUDGET,
     ):
         self.h = handle
         self.log = log
@@ -85,6 +88,10 @@ class SdexecService:
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
         self.bus = BusWatcher(self.bridge, self.watchers, log, self._catch_up)
+        self.calls = Calls(self.bridge, self.bus, self.watchers, systemd_timeout)
+        self.sweeper = Sweeper(
+            self.bridge, self.bus, self.watchers, log, lambda: self.calls.deadline
+        )
         self.lookups = MapperLookups(
             handle,
             log,
@@ -111,8 +118,10 @@ class SdexecService:
                 self.runner.run(p, action)
             except Exception as exc:
                 self.log.error(f"{p.unit.name}: {type(action).__name__}: {exc!r}")
-        if p.state is ProcState.DONE:
-            self.registry.remove(p)
+        if p.state is not ProcState.STARTING:
+            self.calls.started(p.unit.name)
+            if p.state is ProcState.DONE:
+                self.registry.remove(p)
         if pump:
             self.bus.pump()
 
@@ -126,18 +135,17 @@ class SdexecService:
         self.feed(p, UnitChanged(props))
 
     def _catch_up(self):
-        """After a reconnect: what every tracked unit is now. A start the lost connection
-        left unanswered whose unit systemd does not know failed."""
+        """After a reconnect: what every tracked unit is now; then the calls whose reply
+        was lost look their unit up (calls.py)."""
         for p in list(self.registry):
             try:
                 props = self.bridge.get_unit_properties(p.unit.name)
             except UnitError as exc:
                 self.log.error(f"{p.unit.name}: {exc}")
                 continue
-            if p.state is ProcState.STARTING and props.get("LoadState") == "not-found":
-                self.feed(p, StartFailed(errno.ECONNRESET, "lost connection to systemd"))
-            else:
+            if props.get("LoadState") != "not-found":
                 self._unit_changed(p.unit.name, props)
+        self.calls.reconnected()
 
     def serve(self, msg, verb, func, remote_ok=False):
         """Run ``func(msg)`` for a request, turning any failure into one error response."""
@@ -173,13 +181,20 @@ class SdexecService:
                 f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
             )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
+        self.calls.close(errno.ENOSYS, UNLOADING_TEXT)
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
         for p in self.registry:
             self.feed(p, Unloading(keep=p.unit.name in keep))
         try:
+            if teardown.ensure_connected(self.bridge, self.log):
+                for unit in units:  # the stops just sent were lost with the connection
+                    teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
+            left = self.sweeper.close()
+            for unit in left:
+                teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
             if keep and self.broker_pid is not None:
                 guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep)
-            teardown.see_units_gone(self.bridge, self.log, units)
+            teardown.see_units_gone(self.bridge, self.log, units + left)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
         self.bridge.close()

@@ -59,6 +59,7 @@ class SdexecModule(BrokerModule):
                 unload_policy=config.sdexec_unload(conf),
                 containment_check=config.containment_check(conf),
                 broker_pid=_attr(h, "broker.pid"),
+                systemd_timeout=config.systemd_timeout(conf),
             )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
@@ -130,6 +131,8 @@ class SdexecModule(BrokerModule):
             raise OSError(errno.EPROTO, "Error unpacking config-reload request")
         debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
         check = config.containment_check(conf)
+        budget = config.systemd_timeout(conf)  # every key is checked before any is applied
         self.service.debug, self.service.unload_policy = debug, policy
         self.service.containment.policy = check
+        self.service.calls.budget = budget
         self.handle.respond(msg)
