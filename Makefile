@@ -12,7 +12,7 @@ DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sh
 	libhwloc15 hwloc-nox
 PIP_DEPS := pytest pystemd cffi vermin
 
-.PHONY: check check-unit check-systemd check-flux check-upstream deps flux-core install demo lint
+.PHONY: check check-unit check-systemd check-flux check-faults check-upstream deps flux-core install demo lint
 
 check: check-unit check-systemd check-flux
 
@@ -36,6 +36,13 @@ check-flux:
 		eval "$$(t/start-user-systemd.sh)" && cd t && \
 		prove --timer $(addprefix ../,$(SHARNESS_TESTS)); \
 	fi
+
+# t0014 injects systemd faults (daemon-reexec, SIGSTOP): it runs only under the exclusive
+# lock, which this target takes (check-flux skips it).
+check-faults:
+	@scripts/prereqs.sh flux sharness systemd python
+	eval "$$(t/start-user-systemd.sh)" && cd t && flock -x -w 900 /tmp/sdexec-systemd.lock \
+		env SDEXEC_FAULTS_OK=1 prove --timer ../t/t0014-sdexec-systemd-faults.t
 
 check-upstream:
 	@echo "== flux-core's own sdexec suites against our modules"

@@ -191,7 +191,12 @@ class Requests:
                     for key, c in zip(("in", "out", "err"), (p.in_, p.out, p.err))
                 },
             }
-        stats = {"procs": procs, "containment": self.svc.containment.stats()}
+        stats = {
+            "procs": procs,
+            "containment": self.svc.containment.stats(),
+            "systemd-timeout": self.svc.calls.budget,
+            "sweeping": self.svc.sweeper.units(),
+        }
         self.svc.responder.respond(msg, stats)
 
     def disconnect(self, msg):

@@ -88,7 +88,7 @@ class SdexecService:
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
         self.bus = BusWatcher(self.bridge, self.watchers, log, self._catch_up)
-        self.calls = Calls(self.bridge, self.bus, self.watchers, systemd_timeout)
+        self.calls = Calls(self.bridge, self.bus, self.watchers, log, systemd_timeout)
         self.sweeper = Sweeper(
             self.bridge, self.bus, self.watchers, log, lambda: self.calls.deadline
         )

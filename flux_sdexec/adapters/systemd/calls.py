@@ -49,12 +49,21 @@ class _Driver:
         self._order(self.call.sending())
 
     def _replied(self, exc):
-        if not self.call.settled:
-            self._order(self.call.replied(*((None,) if exc is None else (exc.errno, exc.strerror))))
+        if self.call.settled:
+            return
+        order = self.call.replied(*((None,) if exc is None else (exc.errno, exc.strerror)))
+        if order == settle.LOOKUP:
+            what = f"no reply to {self.call.member} within {self.calls.deadline:g}s"
+            self.calls.log.warning(f"{self.unit}: {what}, looking the unit up")
+        self._order(order)
 
     def _looked_up(self, exc):
-        if not self.call.settled:
-            self._order(self.call.looked_up(None if exc is None else exc.errno))
+        if self.call.settled:
+            return
+        order = self.call.looked_up(None if exc is None else exc.errno)
+        if order == settle.SEND:
+            self.calls.log.info(f"{self.unit}: {self.call.member} sent again ({self.call.last})")
+        self._order(order)
 
     def reconnected(self):
         if not self.call.settled:
@@ -93,13 +102,15 @@ class Calls:
     bridge: the SystemdBridge.
     bus: its BusWatcher (``sent()`` after each call).
     watchers: a ``watchers.Watchers`` (the budget timers).
+    log: the module's BrokerLogger.
     budget: ``[sdexec] systemd-timeout`` in seconds.
     """
 
-    def __init__(self, bridge, bus, watchers, budget=settle.DEFAULT_BUDGET):
+    def __init__(self, bridge, bus, watchers, log, budget=settle.DEFAULT_BUDGET):
         self.bridge = bridge
         self.bus = bus
         self.watchers = watchers
+        self.log = log
         self.budget = budget
         self.waiting = set()  # drivers whose reply was lost with the connection
         self.live = set()  # drivers with a budget timer

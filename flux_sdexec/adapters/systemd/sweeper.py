@@ -41,6 +41,10 @@ class Sweeper:
     def __len__(self):
         return len(self._units)
 
+    def units(self):
+        """The units still being swept."""
+        return sorted(self._units)
+
     def sweep(self, unit, why):
         """Stop and reset ``unit`` until systemd has forgotten it."""
         if unit in self._units:
