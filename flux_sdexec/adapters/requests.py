@@ -77,6 +77,7 @@ class Requests:
             )
             p.start_sent = True
         except BaseException:
+            svc.calls.started(unit)  # its budget timer goes too
             svc.bridge.unwatch(unit)
             svc.registry.remove(p)
             for channel in (p.in_, *p.outputs):
@@ -87,14 +88,15 @@ class Requests:
 
     def _start_replied(self, p, error):
         """StartTransientUnit settled (calls.py): systemd took it, or refused it, or the
-        budget ran out (the unit may still appear: the sweeper sees it gone)."""
+        budget ran out or the module unloads before it settled (the unit may still appear:
+        the sweeper sees it gone)."""
         svc = self.svc
         if error is None:
             for channel in (p.in_, *p.outputs):
                 if channel.io is not None:
                     channel.io.release_remote()  # kept until now for a repeat of the start
             return
-        if error.errno == errno.ETIMEDOUT:
+        if error.errno in (errno.ETIMEDOUT, errno.ENOSYS):  # out of budget, or unloading
             svc.sweeper.sweep(p.unit.name, f"exec failed: {error.strerror}")
         code = errno.EINVAL if error.errno == errno.EROFS else error.errno  # unknown property
         svc.feed(p, StartFailed(code, error.strerror))

@@ -181,17 +181,18 @@ class SdexecService:
                 f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
             )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
-        self.calls.close(errno.ENOSYS, UNLOADING_TEXT)
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
+        self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         for p in self.registry:
             self.feed(p, Unloading(keep=p.unit.name in keep))
         try:
             if teardown.ensure_connected(self.bridge, self.log):
                 for unit in units:  # the stops just sent were lost with the connection
                     teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
-            left = self.sweeper.close()
-            for unit in left:
+            swept = self.sweeper.close()
+            for unit in swept:
                 teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
+            left = [u for u in swept if u not in units]
             if keep and self.broker_pid is not None:
                 guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep)
             teardown.see_units_gone(self.bridge, self.log, units + left)
