@@ -89,6 +89,7 @@ class SdexecService:
         self.bridge.open()
         self.bus = BusWatcher(self.bridge, self.watchers, log, self._catch_up)
         self.calls = Calls(self.bridge, self.bus, self.watchers, log, systemd_timeout)
+        self.unread = set()  # units whose catch-up waits for their start's lookup
         self.sweeper = Sweeper(
             self.bridge, self.bus, self.watchers, log, lambda: self.calls.deadline
         )
@@ -136,16 +137,26 @@ class SdexecService:
 
     def _catch_up(self):
         """After a reconnect: what every tracked unit is now; then the calls whose reply
-        was lost look their unit up (calls.py)."""
+        was lost look their unit up (calls.py). A start that lost its reply is read only
+        once its lookup found the unit (``read_unit``): reading a unit systemd does not have
+        loads a "not-found" stub of it, which the lookup would take for the unit."""
         for p in list(self.registry):
-            try:
-                props = self.bridge.get_unit_properties(p.unit.name)
-            except UnitError as exc:
-                self.log.error(f"{p.unit.name}: {exc}")
-                continue
-            if props.get("LoadState") != "not-found":
-                self._unit_changed(p.unit.name, props)
+            if self.calls.start_awaits_reconnect(p.unit.name):
+                self.unread.add(p.unit.name)
+            else:
+                self.read_unit(p)
         self.calls.reconnected()
+
+    def read_unit(self, p):
+        """Feed ``p`` what systemd says its unit is now (signals may have been missed)."""
+        self.unread.discard(p.unit.name)
+        try:
+            props = self.bridge.get_unit_properties(p.unit.name)
+        except UnitError as exc:
+            self.log.error(f"{p.unit.name}: {exc}")
+            return
+        if props.get("LoadState") != "not-found":
+            self._unit_changed(p.unit.name, props)
 
     def serve(self, msg, verb, func, remote_ok=False):
         """Run ``func(msg)`` for a request, turning any failure into one error response."""

@@ -130,6 +130,10 @@ class Calls:
 
         self._starts[unit] = self._go(settle.START, unit, send, on_done, on_late)
 
+    def start_awaits_reconnect(self, unit):
+        """The unit's start lost its reply with the connection and is not looked up yet."""
+        return self._starts.get(unit) in self.waiting
+
     def started(self, unit):
         """The unit's process runs, or its exec is over: its start budget stops."""
         driver = self._starts.pop(unit, None)
