@@ -6,7 +6,6 @@ feed their answer to the state machine through the service's ``feed``.
 """
 
 import errno
-import syslog
 
 from flux_sdexec import responses
 from flux_sdexec.errors import UnitError
@@ -142,10 +141,12 @@ class ActionRunner:
         def on_reply(exc):
             if exc is not None:
                 quiet = p.unit.gone or exc.errno in (errno.ENOENT, errno.ESRCH)
-                level = syslog.LOG_DEBUG if quiet else syslog.LOG_ERR
-                svc.log(level, f"{what} {p.unit.name}: {exc}")
-                if sweep and not quiet:
+                if quiet:
+                    svc.log.debug(f"{what} {p.unit.name}: {exc}")
+                elif sweep:  # the sweeper logs it, and sees the unit gone
                     svc.sweeper.sweep(p.unit.name, f"{what}: {exc}")
+                else:
+                    svc.log.error(f"{what} {p.unit.name}: {exc}")
 
         try:
             call(*args, on_reply=on_reply, timeout=svc.calls.deadline)
