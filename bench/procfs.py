@@ -12,6 +12,7 @@ too coarse for the ~1-2 ms a launch costs a module.
 import glob
 import os
 
+
 class BenchError(Exception):
     pass
 
