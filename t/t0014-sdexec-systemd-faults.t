@@ -84,10 +84,12 @@ test_expect_success 'systemd-timeout: a bad value is refused by config reload, t
 # A reexec closes the connection; a start sent just before is then often lost with
 # it (systemd never read it: sent again) or answered into the closed socket (the unit
 # is there: carried on). Ten rounds make at least one such start very likely.
+# No ";" in the command: systemd 252 writes it as "\;" into the transient unit file and,
+# re-reading the file after a reexec, runs a still-queued start with "\;" (README).
 test_expect_success 'starts whose reply is lost to a daemon-reexec complete (10 rounds)' '
 	before=$(logged "StartTransientUnit sent again\|unit was loaded, no reply") &&
 	for i in 1 2 3 4 5 6 7 8 9 10; do
-		{ $sdexec -r 0 sh -c "echo out-$i; exit $i" >r$i.out 2>r$i.err; echo $? >r$i.rc; } &
+		{ $sdexec -r 0 sh -c "echo out-$i && exit $i" >r$i.out 2>r$i.err; echo $? >r$i.rc; } &
 		systemctl --user daemon-reexec &
 		wait || return 1
 	done &&
