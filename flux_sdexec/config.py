@@ -1,8 +1,9 @@
 """The ``[systemd]`` keys sdexec reads, validated. Pure: stdlib and the core only."""
 
 import errno
+import re
 
-from flux_sdexec import handoff
+from flux_sdexec import handoff, settle
 from flux_sdexec.errors import RequestError
 
 _PREFIX = "error reading [systemd] config table"
@@ -52,16 +53,20 @@ def sdexec_unload(conf):
 CONTAINMENT_POLICIES = ("enforce", "warn", "off")
 
 
+def _sdexec_table(conf):
+    table = conf.get("sdexec", {}) if isinstance(conf, dict) else None
+    if not isinstance(table, dict):
+        raise RequestError(errno.EINVAL, "[sdexec] is not a table")
+    return table
+
+
 def containment_check(conf):
     """``sdexec.containment-check`` from a whole config object (default ``enforce``).
 
     Raises:
         RequestError: EINVAL naming the key and the accepted values.
     """
-    table = conf.get("sdexec", {}) if isinstance(conf, dict) else None
-    if not isinstance(table, dict):
-        raise RequestError(errno.EINVAL, "[sdexec] is not a table")
-    value = table.get("containment-check", "enforce")
+    value = _sdexec_table(conf).get("containment-check", "enforce")
     if value not in CONTAINMENT_POLICIES:
         raise RequestError(
             errno.EINVAL,
@@ -69,3 +74,42 @@ def containment_check(conf):
             f"got {value!r}",
         )
     return value
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)?")
+
+
+def duration(value):
+    """Seconds from a Flux standard duration ("300s", "5m", "1.5h", "500ms"; a bare number
+    is seconds) or a TOML number; None when it is not one, or not more than zero."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and _DURATION.fullmatch(value.strip()):
+        number, unit = _DURATION.fullmatch(value.strip()).groups()
+        seconds = float(number) * _UNITS[unit or "s"]
+    else:
+        return None
+    return seconds if 0 < seconds < float("inf") else None
+
+
+def systemd_timeout(conf):
+    """``sdexec.systemd-timeout``: seconds a systemd call may take, from its first send
+    through lost replies and resends, before its exec fails (default settle.DEFAULT_BUDGET).
+
+    Raises:
+        RequestError: EINVAL naming the key and the accepted form.
+    """
+    value = _sdexec_table(conf).get("systemd-timeout")
+    if value is None:
+        return settle.DEFAULT_BUDGET
+    seconds = duration(value)
+    if seconds is None:
+        raise RequestError(
+            errno.EINVAL,
+            'sdexec.systemd-timeout must be a duration above zero like "5m" or "300s": '
+            f"got {value!r}",
+        )
+    return seconds

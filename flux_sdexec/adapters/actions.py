@@ -6,7 +6,6 @@ feed their answer to the state machine through the service's ``feed``.
 """
 
 import errno
-import syslog
 
 from flux_sdexec import responses
 from flux_sdexec.errors import UnitError
@@ -101,10 +100,10 @@ class ActionRunner:
                 channel.io.close()
 
     def stop_unit(self, p, a):
-        self.quietly(p, "stop", self.svc.bridge.stop_unit, p.unit.name)
+        self.quietly(p, "stop", self.svc.bridge.stop_unit, p.unit.name, sweep=True)
 
     def reset_failed_unit(self, p, a):
-        self.quietly(p, "reset-failed", self.svc.bridge.reset_failed_unit, p.unit.name)
+        self.quietly(p, "reset-failed", self.svc.bridge.reset_failed_unit, p.unit.name, sweep=True)
 
     def kill_unit(self, p, a):
         what = f"kill main (signal {a.signum})"
@@ -146,9 +145,10 @@ class ActionRunner:
             p.grace = None
         self.close_channels(p, a)
 
-    def quietly(self, p, what, call, *args):
-        """Send a systemd call for ``p`` without waiting; its error is only logged (at debug
-        level when the unit is gone or has nothing to act on)."""
+    def quietly(self, p, what, call, *args, sweep=False):
+        """Send a systemd call for ``p`` without waiting; its error is logged (at debug
+        level when the unit is gone or has nothing to act on). With ``sweep``, a call
+        refused, lost or not answered hands the unit to the sweeper (sweeper.py)."""
         svc = self.svc
         if svc.debug:
             svc.log.debug(f"{what} {p.unit.name}")
@@ -156,11 +156,15 @@ class ActionRunner:
         def on_reply(exc):
             if exc is not None:
                 quiet = p.unit.gone or exc.errno in (errno.ENOENT, errno.ESRCH)
-                level = syslog.LOG_DEBUG if quiet else syslog.LOG_ERR
-                svc.log(level, f"{what} {p.unit.name}: {exc}")
+                if quiet:
+                    svc.log.debug(f"{what} {p.unit.name}: {exc}")
+                elif sweep:  # the sweeper logs it, and sees the unit gone
+                    svc.sweeper.sweep(p.unit.name, f"{what}: {exc}")
+                else:
+                    svc.log.error(f"{what} {p.unit.name}: {exc}")
 
         try:
-            call(*args, on_reply=on_reply)
+            call(*args, on_reply=on_reply, timeout=svc.calls.deadline)
         except UnitError as exc:
             on_reply(exc)
         svc.bus.sent()

@@ -48,6 +48,8 @@ def stats(svc):
         "tracked": tracked_counts(svc.registry),
         "adopted": svc.adopted,
         "containment": svc.containment.stats(),
+        "systemd-timeout": svc.calls.budget,
+        "sweeping": svc.sweeper.units(),
     }
 
 

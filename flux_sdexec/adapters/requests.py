@@ -9,7 +9,7 @@ import dataclasses
 import errno
 import time
 
-from flux_sdexec import enforcement, properties, protocol, responses
+from flux_sdexec import enforcement, properties, protocol, responses, settle
 from flux_sdexec.adapters import introspect
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
 from flux_sdexec.adapters.messages import (
@@ -32,6 +32,7 @@ from flux_sdexec.events import (
 )
 from flux_sdexec.linebuf import OutputBuffer
 from flux_sdexec.sdproc import SdProc
+from flux_sdexec.states import ProcState
 
 
 class Requests:
@@ -56,6 +57,8 @@ class Requests:
         unit = svc.namer.name(req.label, req.opts.get("SDEXEC_NAME"))
         if svc.registry.by_unit(unit) is not None:
             raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
+        if unit in svc.sweeper:
+            raise RequestError(errno.EEXIST, f"unit {unit} is still being stopped")
         check = enforcement.post_start_check(req, svc.debug)
         req = dataclasses.replace(req, post_start_check=check)
         p = SdProc(Request(msg), req, unit)
@@ -70,33 +73,47 @@ class Requests:
             p.watching = True
             if svc.debug:
                 svc.log.debug(f"start {unit}")
-            svc.bridge.start_transient_unit(unit, props, lambda e: self._start_replied(p, e))
+            svc.calls.start(
+                unit,
+                props,
+                lambda e: self._start_replied(p, e),
+                lambda budget, waited: self._start_late(p, budget, waited),
+            )
             p.start_sent = True
         except BaseException:
+            svc.calls.started(unit)  # its budget timer goes too
             svc.bridge.unwatch(unit)
             svc.registry.remove(p)
             for channel in (p.in_, *p.outputs):
                 if channel.io is not None:
                     channel.io.close()
             raise
-        svc.bus.sent()
-        for channel in channels:
-            channel.io.release_remote()  # sd-bus holds its own copies since the append
         return unit
 
     def _start_replied(self, p, error):
-        """systemd's answer to StartTransientUnit: an error fails the exec.
-
-        A start caught by a lost connection is left to the catch-up after the reconnect
-        (the unit may exist or not); one systemd did not answer in time is stopped too.
-        """
+        """StartTransientUnit settled (calls.py): systemd took it, or refused it, or the
+        budget ran out or the module unloads before it settled (the unit may still appear:
+        the sweeper sees it gone)."""
         svc = self.svc
-        if error is None or error.errno == errno.ECONNRESET:
+        if error is None:
+            for channel in (p.in_, *p.outputs):
+                if channel.io is not None:
+                    channel.io.release_remote()  # kept until now for a repeat of the start
+            if p.unit.name in svc.unread:  # found after a reconnect: catch up on it now
+                svc.read_unit(p)
             return
-        if error.errno == errno.ETIMEDOUT:
-            svc.runner.quietly(p, "stop", svc.bridge.stop_unit, p.unit.name)
+        svc.unread.discard(p.unit.name)
+        if error.errno in (errno.ETIMEDOUT, errno.ENOSYS):  # out of budget, or unloading
+            svc.sweeper.sweep(p.unit.name, f"exec failed: {error.strerror}")
         code = errno.EINVAL if error.errno == errno.EROFS else error.errno  # unknown property
         svc.feed(p, StartFailed(code, error.strerror))
+
+    def _start_late(self, p, budget, waited):
+        """systemd took the start but the budget ran out before the process ran."""
+        if p.state is ProcState.STARTING:
+            text = settle.budget_text(budget, waited, p.unit.state, p.unit.left_inactive)
+            self.svc.sweeper.sweep(p.unit.name, f"exec failed: {text}")
+            self.svc.feed(p, StartFailed(errno.ETIMEDOUT, text))
 
     def _open_channels(self, p):
         """The socketpairs of the channels ``p`` uses, attached to its Channels."""
@@ -144,8 +161,7 @@ class Requests:
         p = svc.find(pid, label, "kill")
         if svc.debug:
             svc.log.debug(f"kill main {p.unit.name} (signal {signum})")
-        svc.bridge.kill_unit(p.unit.name, signum, on_reply=lambda e: self._killed(msg, e))
-        svc.bus.sent()
+        svc.calls.kill(p.unit.name, signum, lambda e: self._killed(msg, e))
 
     def _killed(self, msg, error):
         if error is None:

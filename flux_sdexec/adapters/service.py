@@ -11,7 +11,7 @@ before a start), ``teardown`` (unload).
 import errno
 import json
 
-from flux_sdexec import handoff, unitstate
+from flux_sdexec import handoff, settle, unitstate
 from flux_sdexec.adapters import adopt, cgroup
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.mapper_client import MapperLookups
@@ -20,12 +20,13 @@ from flux_sdexec.adapters.outbox import Outbox
 from flux_sdexec.adapters.systemd import guard, teardown
 from flux_sdexec.adapters.systemd.bridge import SystemdBridge
 from flux_sdexec.adapters.systemd.bus import BusWatcher
+from flux_sdexec.adapters.systemd.calls import Calls
+from flux_sdexec.adapters.systemd.sweeper import Sweeper
 from flux_sdexec.adapters.watchers import Watchers
 from flux_sdexec.errors import RequestError, UnitError
 from flux_sdexec.events import (
     KillUnit,
     ResetFailedUnit,
-    StartFailed,
     StopUnit,
     UnitChanged,
     Unloading,
@@ -55,6 +56,7 @@ class SdexecService:
         containment_check: ``[sdexec] containment-check``.
         broker_pid: the broker's pid, watched by the guard of handed-over units.
         module_file: the module file loaded (stats-get says which).
+        systemd_timeout: ``[sdexec] systemd-timeout``, the budget of a systemd call.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class SdexecService:
         containment_check="enforce",
         broker_pid=None,
         module_file=None,
+        systemd_timeout=settle.DEFAULT_BUDGET,
     ):
         self.h = handle
         self.log = log
@@ -88,6 +91,11 @@ class SdexecService:
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
         self.bus = BusWatcher(self.bridge, self.watchers, log, self._catch_up)
+        self.calls = Calls(self.bridge, self.bus, self.watchers, log, systemd_timeout)
+        self.unread = set()  # units whose catch-up waits for their start's lookup
+        self.sweeper = Sweeper(
+            self.bridge, self.bus, self.watchers, log, lambda: self.calls.deadline
+        )
         self.lookups = MapperLookups(
             handle,
             log,
@@ -114,8 +122,10 @@ class SdexecService:
                 self.runner.run(p, action)
             except Exception as exc:
                 self.log.error(f"{p.unit.name}: {type(action).__name__}: {exc!r}")
-        if p.state is ProcState.DONE:
-            self.registry.remove(p)
+        if p.state is not ProcState.STARTING:
+            self.calls.started(p.unit.name)
+            if p.state is ProcState.DONE:
+                self.registry.remove(p)
         if pump:
             self.bus.pump()
 
@@ -129,18 +139,27 @@ class SdexecService:
         self.feed(p, UnitChanged(props))
 
     def _catch_up(self):
-        """After a reconnect: what every tracked unit is now. A start the lost connection
-        left unanswered whose unit systemd does not know failed."""
+        """After a reconnect: what every tracked unit is now; then the calls whose reply
+        was lost look their unit up (calls.py). A start that lost its reply is read only
+        once its lookup found the unit (``read_unit``): reading a unit systemd does not have
+        loads a "not-found" stub of it, which the lookup would take for the unit."""
         for p in list(self.registry):
-            try:
-                props = self.bridge.get_unit_properties(p.unit.name)
-            except UnitError as exc:
-                self.log.error(f"{p.unit.name}: {exc}")
-                continue
-            if p.state is ProcState.STARTING and props.get("LoadState") == "not-found":
-                self.feed(p, StartFailed(errno.ECONNRESET, "lost connection to systemd"))
+            if self.calls.start_awaits_reconnect(p.unit.name):
+                self.unread.add(p.unit.name)
             else:
-                self._unit_changed(p.unit.name, props)
+                self.read_unit(p)
+        self.calls.reconnected()
+
+    def read_unit(self, p):
+        """Feed ``p`` what systemd says its unit is now (signals may have been missed)."""
+        self.unread.discard(p.unit.name)
+        try:
+            props = self.bridge.get_unit_properties(p.unit.name)
+        except UnitError as exc:
+            self.log.error(f"{p.unit.name}: {exc}")
+            return
+        if props.get("LoadState") != "not-found":
+            self._unit_changed(p.unit.name, props)
 
     def serve(self, msg, verb, func, remote_ok=False):
         """Run ``func(msg)`` for a request, turning any failure into one error response."""
@@ -177,12 +196,20 @@ class SdexecService:
             )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
+        self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         for p in self.registry:
             self.feed(p, Unloading(keep=p.unit.name in keep))
         try:
+            if teardown.ensure_connected(self.bridge, self.log):
+                for unit in units:  # the stops just sent were lost with the connection
+                    teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
+            swept = self.sweeper.close()
+            for unit in swept:
+                teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
+            left = [u for u in swept if u not in units]
             if keep and self.broker_pid is not None:
                 guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep)
-            teardown.see_units_gone(self.bridge, self.log, units)
+            teardown.see_units_gone(self.bridge, self.log, units + left)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
         self.bridge.close()

@@ -51,7 +51,9 @@ class _Watcher(Watcher):
         return self
 
     def reset(self, after):
-        """Timers only: fire once, ``after`` seconds from now."""
+        """Timers only: fire once, ``after`` seconds from now (stopped first: libev ignores a
+        new time set on an active timer)."""
+        lib.flux_watcher_stop(self.handle)
         lib.flux_timer_watcher_reset(self.handle, float(after), 0.0)
         lib.flux_watcher_start(self.handle)
 

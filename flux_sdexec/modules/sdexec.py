@@ -60,6 +60,7 @@ class SdexecModule(BrokerModule):
                 containment_check=config.containment_check(conf),
                 broker_pid=_attr(h, "broker.pid"),
                 module_file=str(Path(__file__).resolve()),
+                systemd_timeout=config.systemd_timeout(conf),
             )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
@@ -135,6 +136,8 @@ class SdexecModule(BrokerModule):
             raise OSError(errno.EPROTO, "Error unpacking config-reload request")
         debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
         check = config.containment_check(conf)
+        budget = config.systemd_timeout(conf)  # every key is checked before any is applied
         self.service.debug, self.service.unload_policy = debug, policy
         self.service.containment.policy = check
+        self.service.calls.budget = budget
         self.handle.respond(msg)

@@ -115,3 +115,24 @@ def test_bus_loss_fails_pending_calls_and_reconnects(sd):
     sd.bridge.stop_unit(running, on_reply=replies("stop"))
     assert replies.wait(sd, "stop") == [None]
     sd.wait_state(running, "inactive", "dead")
+
+
+def test_get_unit_says_whether_systemd_has_the_unit(sd):
+    """GetUnit, the lookup that settles a call whose reply was lost: None while the unit
+    is loaded, ENOENT once systemd forgot it (or never had it)."""
+    replies, unit = Replies(), sd.start([TRUE])
+    sd.wait_state(unit, "active", "exited")
+    sd.bridge.get_unit(unit, on_reply=replies("loaded"))
+    sd.bridge.get_unit(sd.new_unit(), on_reply=replies("missing"))
+    loaded, missing = replies.wait(sd, "loaded", "missing")
+    assert loaded is None
+    assert missing[0] == errno.ENOENT
+
+
+def test_stop_in_replace_mode_stops_the_unit(sd):
+    """The sweeper's StopUnit(mode "replace") stops a running unit like mode "fail"."""
+    replies, unit = Replies(), sd.start([SLEEP, "100"])
+    sd.wait_state(unit, "active", "running")
+    sd.bridge.stop_unit(unit, on_reply=replies("stop"), mode="replace")
+    assert replies.wait(sd, "stop") == [None]
+    sd.wait_state(unit, "inactive", "dead")

@@ -40,6 +40,8 @@ Things the owner must know (systemd 252 user mode, see t/systemd):
   AccessDenied EACCES, unknown names EIO.
 - After a connection loss pump() fails every pending call with ECONNRESET, then it, every
   call and fileno() raise UnitError(ECONNRESET); ``reconnect()`` gives a new fd.
+- A lost reply or a passed deadline does not say whether systemd acted: the callers
+  settle such a call by looking the unit up (``get_unit``, settle.py, calls.py).
 """
 
 from __future__ import annotations
@@ -222,8 +224,10 @@ class SystemdBridge:
         """StartTransientUnit(unit, "fail", props, []); props are (Name, signature, value)."""
         self._call(b"StartTransientUnit", b"ss", (unit, "fail"), on_reply, timeout, props)
 
-    def stop_unit(self, unit, on_reply=None, timeout=CALL_TIMEOUT_SEC):
-        self._call(b"StopUnit", b"ss", (unit, "fail"), on_reply, timeout)
+    def stop_unit(self, unit, on_reply=None, timeout=CALL_TIMEOUT_SEC, mode="fail"):
+        """StopUnit(unit, mode): "fail" is refused while a start job is queued, "replace"
+        cancels that job (for a unit whose exec has failed, sweeper.py)."""
+        self._call(b"StopUnit", b"ss", (unit, mode), on_reply, timeout)
 
     def kill_unit(self, unit, signum, who="main", on_reply=None, timeout=CALL_TIMEOUT_SEC):
         """KillUnit(unit, who, signum); who is "main" or "all"."""
@@ -231,6 +235,16 @@ class SystemdBridge:
 
     def reset_failed_unit(self, unit, on_reply=None, timeout=CALL_TIMEOUT_SEC):
         self._call(b"ResetFailedUnit", b"s", (unit,), on_reply, timeout)
+
+    def get_unit(self, unit, on_reply=None, timeout=CALL_TIMEOUT_SEC):
+        """GetUnit(unit): answers None when systemd has the unit loaded, ENOENT when not.
+        Sent on the hot path's connection, it is answered after every call sent before it."""
+        self._call(b"GetUnit", b"s", (unit,), on_reply, timeout)
+
+    @property
+    def lost(self):
+        """The connection was lost and not yet re-opened."""
+        return self._lost
 
     def _call(self, member, sig, args, on_reply=None, timeout=None, props=None):
         bus = self._connected()

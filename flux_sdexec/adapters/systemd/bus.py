@@ -4,9 +4,10 @@
 POLLOUT while sd-bus has queued output) and the timer of the pending calls'
 deadlines. ``pump()`` hands queued PropertiesChanged to their processes and
 replies to their callers (call it after every blocking systemd call, see
-adapters/systemd.py; call ``sent()`` after a call sent without waiting). A lost
-connection is re-opened, retried each second, and then ``on_reconnected()`` lets
-the service catch up on every unit.
+bridge.py; call ``sent()`` after a call sent without waiting). A lost connection
+is re-opened at once and, while that fails, retried with a growing pause
+(``settle.reconnect_delay``: 20 ms doubling to 2 s, as a daemon-reexec takes ~100 ms);
+then ``on_reconnected()`` lets the service catch up on every unit.
 """
 
 import errno
@@ -16,8 +17,9 @@ from flux.constants import FLUX_POLLIN, FLUX_POLLOUT
 
 from flux_sdexec.adapters.watchers import guarded
 from flux_sdexec.errors import UnitError
+from flux_sdexec.settle import reconnect_delay
 
-RETRY_SEC = 1.0
+LOG_EVERY = 10  # a failed reconnect attempt is logged the first time and every tenth
 
 
 class BusWatcher:
@@ -35,7 +37,9 @@ class BusWatcher:
         self._on_reconnected = on_reconnected
         self._watcher = self._out = None
         self._writing = False
-        self._retry = None
+        self._retry = watchers.timer(0, self._reconnect, "reconnect")
+        self._attempts = 0  # failed reconnect attempts since the connection was lost
+        self._lost_at = None
         self._deadline = None  # when the deadline timer fires, None when not armed
         self._timer = watchers.timer(0, self._expire, "bus deadline")
         self._pumping = False
@@ -90,8 +94,9 @@ class BusWatcher:
                     if exc.errno == errno.ENOTCONN:
                         raise  # closed: unloading
                     if exc.errno == errno.ECONNRESET:
-                        self._reconnect()
-                        return
+                        if not self._reconnect():
+                            return
+                        continue  # what the re-subscribe read meanwhile
                     self._log.error(f"bus: {exc}")
                 except Exception as exc:
                     self._log.error(f"bus: {exc!r}")
@@ -100,17 +105,26 @@ class BusWatcher:
             self._pumping = False
 
     def _reconnect(self):
-        """Open the bus again; retry each second until it works."""
-        self._log.error("lost connection to systemd, reconnecting")
-        self._watcher.stop()
-        self._out.stop()
+        """Open the bus again; retry with a growing pause until it works. True if open."""
+        if self._attempts == 0:
+            self._log.error("lost connection to systemd, reconnecting")
+            self._lost_at = time.monotonic()
+            self._watcher.stop()
+            self._out.stop()
         try:
             self.bridge.reconnect()
         except UnitError as exc:
-            self._log.error(f"reconnect: {exc}, retrying in {RETRY_SEC:g}s")
-            self._retry = self._watchers.timer(RETRY_SEC, self._reconnect, "reconnect")
-            self._retry.start()
-            return
+            self._attempts += 1
+            delay = reconnect_delay(self._attempts)
+            if self._attempts % LOG_EVERY == 1:
+                self._log.error(f"reconnect: {exc} (attempt {self._attempts}), retrying")
+            self._retry.reset(after=delay)
+            return False
+        took = time.monotonic() - self._lost_at
+        self._log.info(f"reconnected to systemd after {took * 1000:.0f} ms")
+        self._attempts = 0
         self.reconnects += 1
         self._watch()
         self._on_reconnected()
+        self.pump()  # when called by the retry timer (pump() is not re-entrant)
+        return True

@@ -5,14 +5,17 @@ adopted. StopUnit only starts a stop, and a unit that ends failed stays loaded
 until ResetFailedUnit; so this polls the bus itself, within a bounded grace.
 """
 
+import errno
 import select
 import signal
 import time
 
 from flux_sdexec.errors import UnitError
+from flux_sdexec.settle import reconnect_delay
 from flux_sdexec.unitstate import forget_call
 
 UNLOAD_GRACE = 2.0  # seconds a unit may take to stop before it is SIGKILLed
+RECONNECT_TRIES = 12  # at unload: ~2 s of reconnect_delay pauses in all
 
 
 def quietly(log, call, *args):
@@ -23,12 +26,40 @@ def quietly(log, call, *args):
         log.debug(f"{call.__name__} {args[0]}: {exc}")
 
 
-def let_go(bridge, log, unit, active_state):
+def let_go(bridge, log, unit, active_state, mode="fail"):
     """The calls of the forget policy (unitstate.forget_call) for a unit nobody will watch:
-    a stopped unit may end failed, so the reset follows the stop."""
+    a stopped unit may end failed, so the reset follows the stop. Mode "replace" stops a
+    unit whose start job is still queued."""
     if forget_call(active_state) == "stop":
-        quietly(log, bridge.stop_unit, unit)
+        try:
+            bridge.stop_unit(unit, mode=mode)
+        except UnitError as exc:
+            log.debug(f"stop_unit {unit}: {exc}")
     quietly(log, bridge.reset_failed_unit, unit)
+
+
+def ensure_connected(bridge, log):
+    """At unload, the connection lost (the reactor is stopped: nothing reconnects now):
+    open it again, retrying for ~2 s. True if it had to, False if it was open.
+
+    Raises:
+        UnitError: still lost after the retries.
+    """
+    try:
+        bridge.pump()  # a loss not noticed yet shows here
+        return False
+    except UnitError as exc:
+        if exc.errno != errno.ECONNRESET:
+            raise
+    for attempt in range(1, RECONNECT_TRIES + 1):
+        try:
+            bridge.reconnect()
+            log.info("unload: reconnected to systemd")
+            return True
+        except UnitError:
+            if attempt == RECONNECT_TRIES:
+                raise
+            time.sleep(reconnect_delay(attempt))
 
 
 def see_units_gone(bridge, log, units, grace=UNLOAD_GRACE):
