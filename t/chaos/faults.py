@@ -111,14 +111,16 @@ class Injector:
         # limit stops dbus.socket from activating it again at the next connection.
         subprocess.run(
             ["systemctl", "--user", "reset-failed", "dbus.service"],
-            capture_output=True, timeout=CMD_TIMEOUT,
+            capture_output=True,
+            timeout=CMD_TIMEOUT,
         )
         if _wait(procs.bus_answers, BUS_BACK_TIMEOUT):
             return None
         # no socket activation here: start the bus the way the tests do
         subprocess.run(
             [os.path.join(self.srcdir, "t", "start-user-systemd.sh")],
-            capture_output=True, timeout=CMD_TIMEOUT,
+            capture_output=True,
+            timeout=CMD_TIMEOUT,
         )
         if not procs.bus_answers():
             raise RuntimeError(f"session bus not back {BUS_BACK_TIMEOUT}s after killing {pid}")
@@ -167,7 +169,10 @@ class Injector:
             return reason
         res = subprocess.run(
             ["flux", "sdexec", "upgrade", "--module", self.module_path],
-            env=self._cmd_env(), capture_output=True, text=True, timeout=UPGRADE_TIMEOUT,
+            env=self._cmd_env(),
+            capture_output=True,
+            text=True,
+            timeout=UPGRADE_TIMEOUT,
         )
         for line in (res.stdout + res.stderr).splitlines():
             self.log(f"    upgrade: {line}")
@@ -186,7 +191,10 @@ class Injector:
         if self._upgrade_state is None:
             res = subprocess.run(
                 ["flux", "sdexec", "upgrade", "--help"],
-                env=self._cmd_env(), capture_output=True, text=True, timeout=CMD_TIMEOUT,
+                env=self._cmd_env(),
+                capture_output=True,
+                text=True,
+                timeout=CMD_TIMEOUT,
             )
             if res.returncode == 0 and "--module" in res.stdout:
                 self._upgrade_state = (True, None)
@@ -195,7 +203,7 @@ class Injector:
                 self._upgrade_state = (
                     False,
                     "flux sdexec upgrade is not available here"
-                    + (f" (its --help: {said[-1].strip()!r})" if said else ""),
+                    + (f" ({said[0].strip()!r})" if said else ""),
                 )
         return self._upgrade_state
 

@@ -36,9 +36,7 @@ class Feeder:
         job = {"id": None, "jobid": None, "nodes": spec.nodes, "sleep": spec.sleep,
                "code": spec.code, "events": [], "submit_error": None}  # fmt: skip
         self.jobs.append(job)
-        jobspec = JobspecV1.from_command(
-            spec.command(), num_tasks=spec.nodes, num_nodes=spec.nodes
-        )
+        jobspec = JobspecV1.from_command(spec.command(), num_tasks=spec.nodes, num_nodes=spec.nodes)
         jobspec.cwd = "/tmp"
         jobspec.environment = dict(os.environ)
         self.active += 1

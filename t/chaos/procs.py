@@ -18,9 +18,20 @@ def bus_owner_pid(name):
     """The pid owning bus ``name`` on the session bus, or None if the bus does not say."""
     try:
         out = subprocess.run(
-            ["busctl", "--user", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
-             "org.freedesktop.DBus", "GetConnectionUnixProcessID", "s", name],
-            capture_output=True, text=True, timeout=CALL_TIMEOUT,
+            [
+                "busctl",
+                "--user",
+                "call",
+                "org.freedesktop.DBus",
+                "/org/freedesktop/DBus",
+                "org.freedesktop.DBus",
+                "GetConnectionUnixProcessID",
+                "s",
+                name,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=CALL_TIMEOUT,
         ).stdout.split()
     except subprocess.TimeoutExpired:
         return None
@@ -42,9 +53,17 @@ def bus_answers():
     try:
         return (
             subprocess.run(
-                ["busctl", "--user", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                 "org.freedesktop.DBus.Peer", "Ping"],
-                capture_output=True, timeout=CALL_TIMEOUT,
+                [
+                    "busctl",
+                    "--user",
+                    "call",
+                    "org.freedesktop.DBus",
+                    "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus.Peer",
+                    "Ping",
+                ],
+                capture_output=True,
+                timeout=CALL_TIMEOUT,
             ).returncode
             == 0
         )

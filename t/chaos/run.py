@@ -75,7 +75,9 @@ def render_config(confdir):
     text = re.sub(r"(?m)^sdexec-mapper\.module *=.*$", f'sdexec-mapper.module = "{MAPPER}"', text)
     (confdir / "sdexec.toml").write_text(text)
     # as t/lib/sharness-sdexec.sh: no system bus here, so sdmon never puts ranks online
-    (confdir / "test-resources.toml").write_text('[modules]\nresource.args = ["monitor-force-up"]\n')
+    (confdir / "test-resources.toml").write_text(
+        '[modules]\nresource.args = ["monitor-force-up"]\n'
+    )
     # bgexec only: exec.method is instance-wide, and flux sdexec upgrade refuses to run while
     # bulk-exec jobs run (their streams end with job-exec), so bulk-exec cannot share the mix.
     (confdir / "exec.toml").write_text('[exec]\nservice = "sdexec"\nmethod = "bgexec"\n')

@@ -104,7 +104,11 @@ def report(result):
         lines.append(
             f"{kind:<11} {count.get('injected', 0):>8} {count.get('skipped', 0):>8} "
             f"{count.get('failed', 0):>7}"
-            + (f"  ({result['skip_reasons'][kind]})" if kind in result.get("skip_reasons", {}) else "")
+            + (
+                f"  ({result['skip_reasons'][kind]})"
+                if kind in result.get("skip_reasons", {})
+                else ""
+            )
         )
     jobs = result.get("jobs", [])
     lost = lost_jobs(jobs)
@@ -118,7 +122,7 @@ def report(result):
     injected = sum(count.get("injected", 0) for count in faults.values())
     lines.append(
         f"chaos: {'FAIL' if found else 'PASS'} seed={result.get('seed')} "
-        f"duration={result.get('duration')}s jobs={len(jobs)} lost={len(lost)} "
+        f"duration={result.get('duration', 0):g}s jobs={len(jobs)} lost={len(lost)} "
         f"units-left={len(left)} faults={injected}"
     )
     return lines
