@@ -19,7 +19,7 @@ import flux
 from . import procs, schedule, verdict
 from .faults import Injector
 from .jobs import Feeder
-from .run import MODULE, SRCDIR, say, units_left
+from .run import module_file, say, units_left
 
 TICK = 0.5  # seconds between the reactor's checks of the clock (and RSS samples)
 CMD_TIMEOUT = 60  # seconds a flux command of the end checks may take
@@ -40,15 +40,16 @@ def main(args):
         "rss_growth_kb": verdict.RSS_GROWTH_KB,
         "harness_errors": [],
     }
-    say(f"chaos: brokers {brokers}, module {MODULE}, units {glob}")
+    module = str(module_file(args.checkout))
+    say(f"chaos: brokers {brokers}, module {module}, units {glob}")
     # about one fault per second at most: enough for the whole duration
     plan = schedule.fault_schedule(args.seed, int(args.duration) + 2, args.kinds, args.long_stall)
-    injector = Injector(plan, brokers, str(MODULE), str(SRCDIR), say)
+    injector = Injector(plan, brokers, module, args.checkout, say)
     feeder = Feeder(h, schedule.job_mix(args.seed), args.inflight)
     rss = {}
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        _run(h, args, feeder, injector, brokers, rss)
+        _run(h, args, feeder, injector, (brokers, module), rss)
     finally:
         if not injector.stop(timeout=360):
             result["harness_errors"].append("a fault was still running 360s after the end")
@@ -59,11 +60,13 @@ def main(args):
     _refetch_unfinished(feeder)
     _print_unfinished(feeder)
     result["units_left"] = units_left(result["globs"])
-    for unit in result["units_left"]:
-        say(f"left: {unit}")
     result["answers"] = {str(r): _answers(r) for r in range(size)}
     result["jobs"] = feeder.jobs
-    _print_lost(feeder.jobs, workdir, size)
+    if result["units_left"] or verdict.lost_jobs(feeder.jobs):
+        logs = _save_dmesg(workdir, size)
+        _print_left(result["units_left"], logs)
+        _print_lost(feeder.jobs, logs)
+        say(f"chaos: broker logs in {workdir}/dmesg.<rank> and {workdir}/broker.log")
     (workdir / "result.json").write_text(json.dumps(result))
     return 0
 
@@ -85,7 +88,7 @@ def _logged_instance():
     return found[-1]
 
 
-def _run(h, args, feeder, injector, brokers, rss):
+def _run(h, args, feeder, injector, modules, rss):
     """Feed jobs and inject faults for ``args.duration`` s, then let the jobs settle."""
     t0 = time.monotonic()
     chaos_end = t0 + args.duration
@@ -93,7 +96,7 @@ def _run(h, args, feeder, injector, brokers, rss):
 
     def tick(h, watcher, revents, _args):
         now = time.monotonic()
-        _sample_rss(brokers, rss)
+        _sample_rss(*modules, rss)
         if feeder.accepting and now >= chaos_end:
             feeder.accepting = False
             injector.stop(timeout=0)
@@ -113,9 +116,9 @@ def _run(h, args, feeder, injector, brokers, rss):
         timer.destroy()
 
 
-def _sample_rss(brokers, rss):
+def _sample_rss(brokers, module, rss):
     for rank, bpid in brokers.items():
-        pid = procs.module_pid(bpid, str(MODULE))
+        pid = procs.module_pid(bpid, module)
         kb = procs.rss_kb(pid) if pid else None
         if kb is None:
             continue
@@ -181,11 +184,8 @@ def _answers(rank):
     return f"exit {res.returncode}: {res.stderr.strip() or res.stdout.strip()}"
 
 
-def _print_lost(jobs, workdir, size):
-    """For each lost job: what is wrong, its eventlogs, and the broker log lines naming it."""
-    lost = verdict.lost_jobs(jobs)
-    if not lost:
-        return
+def _save_dmesg(workdir, size):
+    """Each rank's broker log ring (saved as <workdir>/dmesg.<rank>), as lists of lines."""
     logs = []
     for rank in range(size):
         res = subprocess.run(
@@ -194,8 +194,32 @@ def _print_lost(jobs, workdir, size):
         )  # fmt: skip
         (workdir / f"dmesg.{rank}").write_text(res.stdout)
         logs.append(res.stdout.splitlines())
+    return logs
+
+
+def _print_log_lines(logs, *needles):
+    for rank, lines in enumerate(logs):
+        hits = [line for line in lines if any(n in line for n in needles)]
+        for line in hits[-LOG_LINES:]:
+            say(f"    log[{rank}]: {line}")
+
+
+def _print_left(units, logs):
+    """For each unit left: what systemd says of it, and the broker log lines naming it."""
+    for unit in units:
+        res = subprocess.run(
+            ["systemctl", "--user", "show", "-p", "ActiveState,SubState,Result,ExecMainStatus",
+             "--value", unit],
+            capture_output=True, text=True, timeout=CMD_TIMEOUT,
+        )  # fmt: skip
+        say(f"left: {unit} ({' '.join(res.stdout.split())})")
+        _print_log_lines(logs, unit.split(":")[0])
+
+
+def _print_lost(jobs, logs):
+    """For each lost job: what is wrong, its eventlogs, and the broker log lines naming it."""
     by_id = {j["id"]: j for j in jobs}
-    for jobid, problems in lost:
+    for jobid, problems in verdict.lost_jobs(jobs):
         job = by_id.get(jobid, {})
         say(f"lost: {jobid} ({job.get('nodes')} node(s), exit {job.get('code')}): "
             + "; ".join(problems))  # fmt: skip
@@ -204,9 +228,4 @@ def _print_lost(jobs, workdir, size):
         for which in ("eventlog", "exec"):
             for name, context in _eventlog(job, which):
                 say(f"    {which}: {name} {json.dumps(context)}")
-        f58 = flux.job.JobID(job["jobid"]).f58
-        for rank, lines in enumerate(logs):
-            hits = [line for line in lines if jobid in line or f58 in line]
-            for line in hits[-LOG_LINES:]:
-                say(f"    log[{rank}]: {line}")
-    say(f"chaos: broker logs in {workdir}/dmesg.<rank> and {workdir}/broker.log")
+        _print_log_lines(logs, jobid, flux.job.JobID(job["jobid"]).f58)

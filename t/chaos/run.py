@@ -20,9 +20,14 @@ from pathlib import Path
 
 from . import procs, schedule, verdict
 
-SRCDIR = Path(__file__).resolve().parents[2]
-MODULE = SRCDIR / "flux_sdexec" / "modules" / "sdexec.py"
-MAPPER = SRCDIR / "flux_sdexec" / "modules" / "sdexec-mapper.py"
+SRCDIR = Path(__file__).resolve().parents[2]  # the harness's checkout
+
+
+def module_file(checkout, name="sdexec"):
+    """The module file ``name`` of ``checkout`` (the one the instance loads)."""
+    return Path(checkout).resolve() / "flux_sdexec" / "modules" / f"{name}.py"
+
+
 STARTUP_BUDGET = 180  # seconds for the instance to start, shut down, and the checks around them
 UNITS_GONE_TIMEOUT = 30  # seconds the last units may take to go once every job is inactive
 
@@ -44,6 +49,10 @@ def parse_args(argv):
     p.add_argument(
         "--kinds", default=",".join(schedule.KINDS),
         help=f"fault kinds, comma-separated (default: all of {','.join(schedule.KINDS)})",
+    )  # fmt: skip
+    p.add_argument(
+        "--checkout", default=str(SRCDIR),
+        help="the flux-sdexec checkout whose module is tested (default: this one)",
     )  # fmt: skip
     p.add_argument("--workdir", help="where config, logs and the result go (default: a new dir)")
     p.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
@@ -67,12 +76,13 @@ def say(text):
     print(text, flush=True)
 
 
-def render_config(confdir):
-    """conf.d/sdexec.toml pointing at this checkout's modules, plus jobs through sdexec."""
+def render_config(confdir, checkout):
+    """``checkout``'s conf.d/sdexec.toml pointing at its modules, plus jobs through sdexec."""
     confdir.mkdir(parents=True, exist_ok=True)
-    text = (SRCDIR / "conf.d" / "sdexec.toml").read_text()
-    text = re.sub(r"(?m)^sdexec\.module *=.*$", f'sdexec.module = "{MODULE}"', text)
-    text = re.sub(r"(?m)^sdexec-mapper\.module *=.*$", f'sdexec-mapper.module = "{MAPPER}"', text)
+    module, mapper = module_file(checkout), module_file(checkout, "sdexec-mapper")
+    text = (Path(checkout) / "conf.d" / "sdexec.toml").read_text()
+    text = re.sub(r"(?m)^sdexec\.module *=.*$", f'sdexec.module = "{module}"', text)
+    text = re.sub(r"(?m)^sdexec-mapper\.module *=.*$", f'sdexec-mapper.module = "{mapper}"', text)
     (confdir / "sdexec.toml").write_text(text)
     # as t/lib/sharness-sdexec.sh: no system bus here, so sdmon never puts ranks online
     (confdir / "test-resources.toml").write_text(
@@ -127,13 +137,12 @@ def outer(args):
         f" LONG_STALL={args.long_stall:g}"
     )
     schedule.fault_schedule(args.seed, 1, args.kinds, args.long_stall)  # bad kinds fail here
-    render_config(workdir / "conf")
+    render_config(workdir / "conf", args.checkout)
     result_file = workdir / "result.json"
     result_file.unlink(missing_ok=True)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(SRCDIR), str(SRCDIR / "t")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
+    paths = [str(Path(args.checkout).resolve()), str(SRCDIR / "t"), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     cmd = [
         "flux", "start", "--test-size=2", f"--config-path={workdir / 'conf'}",
         f"-Slog-filename={workdir / 'broker.log'}", "-Slog-stderr-level=1",
@@ -141,7 +150,7 @@ def outer(args):
         "flux", "python", "-m", "chaos", "--inner", f"--workdir={workdir}",
         f"--seed={args.seed}", f"--duration={args.duration}", f"--inflight={args.inflight}",
         f"--settle={args.settle}", f"--long-stall={args.long_stall}",
-        f"--kinds={','.join(args.kinds)}",
+        f"--kinds={','.join(args.kinds)}", f"--checkout={args.checkout}",
     ]  # fmt: skip
     budget = args.duration + args.long_stall + args.settle + STARTUP_BUDGET
     harness_errors = []
