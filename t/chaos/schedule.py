@@ -72,9 +72,9 @@ def fault_schedule(seed, count, kinds=KINDS, long_stall=0.0, ranks=2):
         seed: the run's seed (an int).
         count: how many faults to plan (the run stops taking them when its time is up).
         kinds: the fault kinds to draw from (a subset of KINDS, in any order).
-        long_stall: seconds of the one long systemd stall; 0 plans none. It comes a third of
-            the way into the sequence (at least after the first fault), so that jobs are in
-            flight when systemd stops.
+        long_stall: seconds of the one long systemd stall; 0 plans none. It is fault number
+            ``count // 8`` (at least the second): with ``count`` about the run's seconds and
+            faults about 2.5 s apart, that is a third of the way into the run.
         ranks: number of brokers (for the faults aimed at one rank).
 
     Returns:
@@ -90,7 +90,7 @@ def fault_schedule(seed, count, kinds=KINDS, long_stall=0.0, ranks=2):
     if not chosen and not long_stall:
         raise ValueError("no fault kind to inject")
     rng = random.Random(f"faults-{seed}")
-    long_at = max(1, count // 3) if long_stall else -1
+    long_at = max(1, count // 8) if long_stall else -1
     plan = []
     for i in range(count):
         gap = round(rng.uniform(*GAP), 2)

@@ -49,10 +49,10 @@ def test_plan_stays_within_its_bounds():
     assert {f.kind for f in plan} == set(schedule.KINDS)
 
 
-def test_one_long_stall_a_third_in():
-    """With long_stall, exactly one longstall of that length, a third of the way in."""
-    plan = schedule.fault_schedule(4, 60, long_stall=30)
-    assert [(i, f.arg) for i, f in enumerate(plan) if f.kind == "longstall"] == [(20, 30.0)]
+def test_one_long_stall_an_eighth_of_the_faults_in():
+    """With long_stall, exactly one longstall of that length, as fault count // 8."""
+    plan = schedule.fault_schedule(4, 120, long_stall=30)
+    assert [(i, f.arg) for i, f in enumerate(plan) if f.kind == "longstall"] == [(15, 30.0)]
     assert not [f for f in schedule.fault_schedule(4, 60) if f.kind == "longstall"]
 
 
