@@ -11,6 +11,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,7 +180,11 @@ def outer(args):
             say(f"left after shutdown: {unit}")
     for line in verdict.report(result):
         say(line)
-    return 1 if verdict.violations(result) else 0
+    if verdict.violations(result):
+        return 1
+    if not args.workdir:  # a passing run's files are of no further use
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
 
 
 def _kill_session(instance):
