@@ -42,12 +42,12 @@ check-flux:
 # the session bus and the module are disturbed. It disturbs the user manager for everyone on
 # the machine. `make check` runs a short one with a fixed seed (CHECK_CHAOS_SEED); `make chaos`
 # a long one (DURATION seconds, default 600; SEED, default random; LONG_STALL seconds of one
-# systemd stall above the module's 25 s per-call deadline, default 30, 0 for none).
+# systemd stall above the module's 25 s per-call deadline, default 40, 0 for none).
 CHECK_CHAOS_SEED ?= 1
 CHECK_CHAOS_DURATION ?= 45
 DURATION ?= 600
 SEED ?=
-LONG_STALL ?= 30
+LONG_STALL ?= 40
 CHAOS = PYTHONPATH=t $(PYTHON) -m chaos
 
 check-chaos:
