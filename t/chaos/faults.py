@@ -175,7 +175,7 @@ class Injector:
             timeout=UPGRADE_TIMEOUT,
         )
         for line in (res.stdout + res.stderr).splitlines():
-            self.log(f"    upgrade: {line}")
+            self.log(f"    | {line}")
         if res.returncode != 0:
             raise RuntimeError(f"flux sdexec upgrade exited {res.returncode}")
 
