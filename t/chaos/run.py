@@ -103,6 +103,15 @@ def list_units(glob):
     return [line.split()[0] for line in res.stdout.splitlines() if line.strip()]
 
 
+def list_units_failed():
+    """The user manager's failed units, whoever left them."""
+    res = subprocess.run(
+        ["systemctl", "--user", "list-units", "--failed", "--plain", "--no-legend"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return [line.split()[0] for line in res.stdout.splitlines() if line.strip()]
+
+
 def units_left(globs, timeout=UNITS_GONE_TIMEOUT):
     """Units matching ``globs`` still there after waiting up to ``timeout`` s for them to go."""
     deadline = time.monotonic() + timeout
@@ -178,6 +187,9 @@ def outer(args):
         result["units_left_after_shutdown"] = units_left(result["globs"])
         for unit in result["units_left_after_shutdown"]:
             say(f"left after shutdown: {unit}")
+    failed = list_units_failed()
+    if failed:
+        say(f"note: failed units of the user manager (not this instance's): {' '.join(failed)}")
     for line in verdict.report(result):
         say(line)
     if verdict.violations(result):
