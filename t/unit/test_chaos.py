@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # t/, for the chaos package
 
 from chaos import schedule, verdict  # noqa: E402
 from chaos.schedule import Fault, JobSpec  # noqa: E402
