@@ -23,6 +23,7 @@ from .run import module_file, say, units_left
 
 TICK = 0.5  # seconds between the reactor's checks of the clock (and RSS samples)
 CMD_TIMEOUT = 60  # seconds a flux command of the end checks may take
+RSS_WARMUP = 5  # seconds a module process runs before its RSS baseline is taken
 LOG_LINES = 40  # broker log lines printed per lost job, at most
 
 
@@ -56,7 +57,7 @@ def main(args):
     result["faults"] = injector.counts
     result["skip_reasons"] = injector.skip_reasons
     result["fault_failures"] = injector.failures
-    result["rss"] = {name: [first, peak] for name, (first, peak) in rss.items()}
+    result["rss"] = {n: [first, peak] for n, (_, first, peak) in rss.items() if first is not None}
     _refetch_unfinished(feeder)
     _print_unfinished(feeder)
     result["units_left"] = units_left(result["globs"])
@@ -117,14 +118,19 @@ def _run(h, args, feeder, injector, modules, rss):
 
 
 def _sample_rss(brokers, module, rss):
+    """Sample each module process's RSS: its baseline is the first sample once it has run
+    RSS_WARMUP seconds (a module still importing would make any growth look large)."""
+    now = time.monotonic()
     for rank, bpid in brokers.items():
         pid = procs.module_pid(bpid, module)
         kb = procs.rss_kb(pid) if pid else None
         if kb is None:
             continue
         name = f"rank {rank} pid {pid}"
-        first, peak = rss.get(name, (kb, kb))
-        rss[name] = (first, max(peak, kb))
+        seen, first, peak = rss.get(name, (now, None, kb))
+        if first is None and now - seen >= RSS_WARMUP:
+            first = kb
+        rss[name] = (seen, first, max(peak, kb))
 
 
 def _eventlog(job, which="eventlog"):
