@@ -186,7 +186,9 @@ def outer(args):
     if result.get("globs"):
         result["units_left_after_shutdown"] = units_left(result["globs"])
         for unit in result["units_left_after_shutdown"]:
-            say(f"left after shutdown: {unit}")
+            say(f"left after shutdown: {unit}; stopping and resetting it")
+            for verb in ("stop", "reset-failed"):
+                subprocess.run(["systemctl", "--user", verb, unit], capture_output=True, timeout=60)
     failed = list_units_failed()
     if failed:
         say(f"note: failed units of the user manager (not this instance's): {' '.join(failed)}")
