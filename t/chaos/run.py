@@ -29,7 +29,7 @@ def module_file(checkout, name="sdexec"):
     return Path(checkout).resolve() / "flux_sdexec" / "modules" / f"{name}.py"
 
 
-STARTUP_BUDGET = 180  # seconds for the instance to start, shut down, and the checks around them
+STARTUP_BUDGET = 420  # s to start, end the last fault (upgrade, systemd after a bus kill), stop
 UNITS_GONE_TIMEOUT = 30  # seconds the last units may take to go once every job is inactive
 
 
