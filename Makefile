@@ -16,9 +16,10 @@ DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sh
 	libhwloc15 hwloc-nox
 PIP_DEPS := pytest pystemd cffi vermin
 
-.PHONY: check check-unit check-systemd check-flux check-upstream deps flux-core install demo lint
+.PHONY: check check-unit check-systemd check-flux check-chaos check-upstream chaos deps flux-core \
+	install demo lint
 
-check: check-unit check-systemd check-flux
+check: check-unit check-systemd check-flux check-chaos
 
 check-unit:
 	@echo "== tier: unit tests (pure core)"
@@ -40,6 +41,37 @@ check-flux:
 		eval "$$(t/start-user-systemd.sh)" && cd t && \
 		prove --timer $(addprefix ../,$(SHARNESS_TESTS)); \
 	fi
+
+# The chaos test (t/chaos/, README "Chaos test"): jobs through sdexec on 2 brokers while systemd,
+# the session bus and the module are disturbed; it disturbs the user manager for everyone on the
+# machine. `make check` runs a short one with a fixed seed (CHECK_CHAOS_SEED; CHECK_CHAOS=no
+# skips it, saying so); `make chaos` a long one (DURATION seconds, default 600; SEED, default
+# random; LONG_STALL seconds of one systemd stall above the module's 25 s per-call deadline,
+# default 40, 0 for none).
+CHECK_CHAOS ?= yes
+CHECK_CHAOS_SEED ?= 1
+CHECK_CHAOS_DURATION ?= 45
+DURATION ?= 600
+SEED ?=
+LONG_STALL ?= 40
+CHAOS = PYTHONPATH=t $(PYTHON) -m chaos
+
+check-chaos:
+	@if [ "$(CHECK_CHAOS)" = no ]; then \
+		echo "SKIP: chaos test: CHECK_CHAOS=no"; \
+	elif ! command -v flux >/dev/null 2>&1 && [ "$${CI:-}" != true ]; then \
+		echo "SKIP: chaos test: flux-core not installed"; \
+	else \
+		echo "== tier: chaos test ($(CHECK_CHAOS_DURATION) s, seed $(CHECK_CHAOS_SEED))"; \
+		scripts/prereqs.sh flux systemd python || exit 1; \
+		eval "$$(t/start-user-systemd.sh)" && \
+		$(CHAOS) --seed $(CHECK_CHAOS_SEED) --duration $(CHECK_CHAOS_DURATION) --long-stall 0; \
+	fi
+
+chaos:
+	@scripts/prereqs.sh flux systemd python
+	eval "$$(t/start-user-systemd.sh)" && \
+	$(CHAOS) --duration $(DURATION) --long-stall $(LONG_STALL) $(if $(SEED),--seed $(SEED))
 
 check-upstream:
 	@echo "== flux-core's own sdexec suites against our modules"

@@ -1,0 +1,237 @@
+"""The chaos run inside the instance (``flux python -m chaos --inner``, started by run.py).
+
+Jobs are fed on the reactor (jobs.Feeder), faults injected in a thread (faults.Injector), the
+module processes' RSS sampled on a timer. When the chaos time is up, no new job or fault is
+started; every job then has ``--settle`` seconds to become inactive. Then the end checks:
+jobs still active (their eventlogs printed, then cancelled), units of the instance left,
+sdexec answering on every rank; the result goes to ``<workdir>/result.json``.
+"""
+
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import flux
+
+from . import procs, schedule, verdict
+from .faults import Injector
+from .jobs import Feeder
+from .run import module_file, say, units_left
+
+TICK = 0.5  # seconds between the reactor's checks of the clock (and RSS samples)
+CMD_TIMEOUT = 60  # seconds a flux command of the end checks may take
+RSS_WARMUP = 5  # seconds a module process runs before its RSS baseline is taken
+LOG_LINES = 40  # broker log lines printed per lost job, at most
+
+
+def main(args):
+    workdir = Path(args.workdir)
+    h = flux.Flux()
+    size = int(h.attr_get("size"))
+    brokers = {r: int(_attr(h, "broker.pid", r)) for r in range(size)}
+    instance, glob = _logged_instance()
+    result = {
+        "seed": args.seed,
+        "duration": args.duration,
+        "instance": instance,
+        "globs": [glob, f"sdexec-guard-*-{instance}.service"],
+        "rss_growth_kb": verdict.RSS_GROWTH_KB,
+        "harness_errors": [],
+    }
+    module = str(module_file(args.checkout))
+    say(f"chaos: brokers {brokers}, module {module}, units {glob}")
+    # about one fault per second at most: enough for the whole duration
+    plan = schedule.fault_schedule(args.seed, int(args.duration) + 2, args.kinds, args.long_stall)
+    injector = Injector(plan, brokers, module, args.checkout, say)
+    feeder = Feeder(h, schedule.job_mix(args.seed), args.inflight)
+    rss = {}
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        _run(h, args, feeder, injector, (brokers, module), rss)
+    finally:
+        if not injector.stop(timeout=360):
+            result["harness_errors"].append("a fault was still running 360s after the end")
+    result["faults"] = injector.counts
+    result["skip_reasons"] = injector.skip_reasons
+    result["fault_failures"] = injector.failures
+    result["rss"] = {n: [first, peak] for n, (_, first, peak) in rss.items() if first is not None}
+    _refetch_unfinished(feeder)
+    _print_unfinished(feeder)
+    result["units_left"] = units_left(result["globs"])
+    result["answers"] = {str(r): _answers(r) for r in range(size)}
+    result["jobs"] = feeder.jobs
+    if result["units_left"] or verdict.lost_jobs(feeder.jobs):
+        logs = _save_dmesg(workdir, size)
+        _print_left(result["units_left"], logs)
+        _print_lost(feeder.jobs, logs)
+        say(f"chaos: broker logs in {workdir}/dmesg.<rank> and {workdir}/broker.log")
+    (workdir / "result.json").write_text(json.dumps(result))
+    return 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _attr(h, name, rank):
+    return h.rpc("attr.get", {"name": name}, nodeid=rank).get()["value"]
+
+
+def _logged_instance():
+    """The instance part and the unit glob our sdexec logged at load (rank 0's dmesg)."""
+    out = subprocess.run(["flux", "dmesg"], capture_output=True, text=True, timeout=CMD_TIMEOUT)
+    found = re.findall(r"units named <label>:(\S+)\.service \(glob (\S+)\)", out.stdout)
+    if not found:
+        raise RuntimeError("sdexec did not log its unit names at load (is it our module?)")
+    return found[-1]
+
+
+def _run(h, args, feeder, injector, modules, rss):
+    """Feed jobs and inject faults for ``args.duration`` s, then let the jobs settle."""
+    t0 = time.monotonic()
+    chaos_end = t0 + args.duration
+    settle_end = chaos_end + args.long_stall + args.settle
+
+    def tick(h, watcher, revents, _args):
+        now = time.monotonic()
+        _sample_rss(*modules, rss)
+        if feeder.accepting and now >= chaos_end:
+            feeder.accepting = False
+            injector.stop(timeout=0)
+            say(f"chaos: time is up after {now - t0:.1f}s; {feeder.active} jobs still active")
+        if not feeder.accepting and (feeder.active == 0 or now >= settle_end):
+            h.reactor_stop()
+
+    timer = h.timer_watcher_create(TICK, tick, repeat=TICK)
+    timer.start()
+    injector.start()
+    feeder.top_up()
+    try:
+        if h.reactor_run() < 0:
+            raise RuntimeError("the reactor stopped with an error")
+    finally:
+        timer.stop()
+        timer.destroy()
+
+
+def _sample_rss(brokers, module, rss):
+    """Sample each module process's RSS: its baseline is the first sample once it has run
+    RSS_WARMUP seconds (a module still importing would make any growth look large)."""
+    now = time.monotonic()
+    for rank, bpid in brokers.items():
+        pid = procs.module_pid(bpid, module)
+        kb = procs.rss_kb(pid) if pid else None
+        if kb is None:
+            continue
+        name = f"rank {rank} pid {pid}"
+        seen, first, peak = rss.get(name, (now, None, kb))
+        if first is None and now - seen >= RSS_WARMUP:
+            first = kb
+        rss[name] = (seen, first, max(peak, kb))
+
+
+def _eventlog(job, which="eventlog"):
+    res = subprocess.run(
+        ["flux", "job", "eventlog", "-f", "json", "-p", which, str(job["jobid"])],
+        capture_output=True, text=True, timeout=CMD_TIMEOUT,
+    )  # fmt: skip
+    events = []
+    for line in res.stdout.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        events.append([entry.get("name"), entry.get("context", {})])
+    return events
+
+
+def _refetch_unfinished(feeder):
+    """A job whose watch ended early is judged by its eventlog as the KVS has it now."""
+    for job in feeder.unfinished():
+        events = _eventlog(job)
+        if events:
+            job["events"] = events
+
+
+def _print_unfinished(feeder):
+    """Print the eventlogs of jobs still active, then cancel them (bounded)."""
+    stuck = feeder.unfinished()
+    for job in stuck:
+        say(f"not inactive: {job['id']} ({job['nodes']} node(s), exit {job['code']})")
+        for which in ("eventlog", "exec"):
+            for name, context in _eventlog(job, which):
+                say(f"    {which}: {name} {json.dumps(context)}")
+    if stuck:
+        subprocess.run(
+            ["flux", "cancel", *[str(j["jobid"]) for j in stuck]],
+            capture_output=True, timeout=CMD_TIMEOUT,
+        )  # fmt: skip
+        for job in stuck:
+            subprocess.run(
+                ["flux", "job", "wait-event", "-t", "30", str(job["jobid"]), "clean"],
+                capture_output=True, timeout=CMD_TIMEOUT,
+            )  # fmt: skip
+
+
+def _answers(rank):
+    """True when sdexec on ``rank`` runs a command, else what went wrong."""
+    try:
+        res = subprocess.run(
+            ["flux", "exec", "--service", "sdexec", "-r", str(rank), "echo", "ok"],
+            capture_output=True, text=True, timeout=CMD_TIMEOUT,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return f"no answer within {CMD_TIMEOUT}s"
+    if res.returncode == 0 and res.stdout == "ok\n":
+        return True
+    return f"exit {res.returncode}: {res.stderr.strip() or res.stdout.strip()}"
+
+
+def _save_dmesg(workdir, size):
+    """Each rank's broker log ring (saved as <workdir>/dmesg.<rank>), as lists of lines."""
+    logs = []
+    for rank in range(size):
+        res = subprocess.run(
+            ["flux", "exec", "-r", str(rank), "flux", "dmesg"],
+            capture_output=True, text=True, timeout=CMD_TIMEOUT,
+        )  # fmt: skip
+        (workdir / f"dmesg.{rank}").write_text(res.stdout)
+        logs.append(res.stdout.splitlines())
+    return logs
+
+
+def _print_log_lines(logs, *needles):
+    for rank, lines in enumerate(logs):
+        hits = [line for line in lines if any(n in line for n in needles)]
+        for line in hits[-LOG_LINES:]:
+            say(f"    log[{rank}]: {line}")
+
+
+def _print_left(units, logs):
+    """For each unit left: what systemd says of it, and the broker log lines naming it."""
+    for unit in units:
+        res = subprocess.run(
+            ["systemctl", "--user", "show", "-p", "ActiveState,SubState,Result,ExecMainStatus",
+             "--value", unit],
+            capture_output=True, text=True, timeout=CMD_TIMEOUT,
+        )  # fmt: skip
+        say(f"left: {unit} ({' '.join(res.stdout.split())})")
+        _print_log_lines(logs, unit.split(":")[0])
+
+
+def _print_lost(jobs, logs):
+    """For each lost job: what is wrong, its eventlogs, and the broker log lines naming it."""
+    by_id = {j["id"]: j for j in jobs}
+    for jobid, problems in verdict.lost_jobs(jobs):
+        job = by_id.get(jobid, {})
+        say(f"lost: {jobid} ({job.get('nodes')} node(s), exit {job.get('code')}): "
+            + "; ".join(problems))  # fmt: skip
+        if not job.get("jobid"):
+            continue
+        for which in ("eventlog", "exec"):
+            for name, context in _eventlog(job, which):
+                say(f"    {which}: {name} {json.dumps(context)}")
+        _print_log_lines(logs, jobid, flux.job.JobID(job["jobid"]).f58)

@@ -1,0 +1,113 @@
+"""The chaos test's plan, from its seed alone: which faults, in what order, and which jobs.
+
+Pure: no flux, no systemd, no clock. The same seed gives the same fault sequence and the same
+job mix; the run then carries out as much of the sequence as its duration allows, so a longer
+run with the same seed replays a shorter one's faults first.
+"""
+
+import random
+from dataclasses import dataclass
+
+# How often each fault kind is drawn, relative to the others. upgrade is the rarest: it holds
+# the queue for seconds, and a run of upgrades back to back would test little else.
+WEIGHTS = {
+    "reexec": 3,  # systemctl --user daemon-reexec
+    "reload": 2,  # systemctl --user daemon-reload
+    "buskill": 2,  # the session bus (dbus-daemon) SIGKILLed
+    "stall": 2,  # systemd SIGSTOPped for a few seconds
+    "modstop": 2,  # one rank's sdexec module process SIGSTOPped about a second
+    "clientkill": 2,  # a `flux exec --service sdexec` client SIGKILLed mid-run
+    "upgrade": 1,  # flux sdexec upgrade
+}
+KINDS = tuple(WEIGHTS)
+# Once per run, when asked for: systemd stopped for longer than the module's per-call deadline.
+LONG_STALL = "longstall"
+ALL_KINDS = KINDS + (LONG_STALL,)
+
+GAP = (1.0, 3.0)  # seconds between the end of one fault and the start of the next
+STALL = (1.5, 5.0)  # seconds systemd stays stopped in a short stall
+MODSTOP = (0.5, 1.5)  # seconds the module process stays stopped
+CLIENT_LIFE = (0.2, 1.0)  # seconds a client runs (after its command started) before it is killed
+
+SLEEP_MAX = 1.5  # a job runs `sleep <0..SLEEP_MAX>; exit <0..3>`
+TWO_NODE_SHARE = 0.3  # share of the jobs that run on both brokers
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: wait ``gap`` seconds, then inject ``kind`` (``arg`` seconds, on ``rank``)."""
+
+    gap: float
+    kind: str
+    arg: float = 0.0
+    rank: int = 0
+
+    def describe(self):
+        """A short line for the log, e.g. ``stall 2.31s`` or ``modstop rank 1 0.80s``."""
+        text = self.kind
+        if self.kind in ("modstop", "clientkill"):
+            text += f" rank {self.rank}"
+        if self.arg:
+            text += f" {self.arg:.2f}s"
+        return text
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job of the mix: on ``nodes`` brokers, each task runs ``sleep SLEEP; exit CODE``."""
+
+    nodes: int
+    sleep: float
+    code: int
+
+    def command(self):
+        """The job's command line."""
+        return ["sh", "-c", f"sleep {self.sleep:.2f}; exit {self.code}"]
+
+
+def fault_schedule(seed, count, kinds=KINDS, long_stall=0.0, ranks=2):
+    """The first ``count`` faults of ``seed``'s sequence.
+
+    Args:
+        seed: the run's seed (an int).
+        count: how many faults to plan (the run stops taking them when its time is up).
+        kinds: the fault kinds to draw from (a subset of KINDS, in any order).
+        long_stall: seconds of the one long systemd stall; 0 plans none. It is fault number
+            ``count // 8`` (at least the second): with ``count`` about the run's seconds and
+            faults about 2.5 s apart, that is a third of the way into the run.
+        ranks: number of brokers (for the faults aimed at one rank).
+
+    Returns:
+        A list of Fault.
+
+    Raises:
+        ValueError: for an unknown kind or no kind at all.
+    """
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown fault kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+    chosen = [k for k in KINDS if k in kinds]  # the draw must not depend on the order given
+    if not chosen and not long_stall:
+        raise ValueError("no fault kind to inject")
+    rng = random.Random(f"faults-{seed}")
+    long_at = max(1, count // 8) if long_stall else -1
+    plan = []
+    for i in range(count):
+        gap = round(rng.uniform(*GAP), 2)
+        if i == long_at or not chosen:
+            if i == long_at:
+                plan.append(Fault(gap, LONG_STALL, float(long_stall)))
+            continue
+        kind = rng.choices(chosen, weights=[WEIGHTS[k] for k in chosen])[0]
+        rank = rng.randrange(ranks)
+        arg = {"stall": STALL, "modstop": MODSTOP, "clientkill": CLIENT_LIFE}.get(kind)
+        plan.append(Fault(gap, kind, round(rng.uniform(*arg), 2) if arg else 0.0, rank))
+    return plan
+
+
+def job_mix(seed):
+    """``seed``'s endless sequence of JobSpec (a generator)."""
+    rng = random.Random(f"jobs-{seed}")
+    while True:
+        nodes = 2 if rng.random() < TWO_NODE_SHARE else 1
+        yield JobSpec(nodes, round(rng.uniform(0.0, SLEEP_MAX), 2), rng.randrange(4))

@@ -1,0 +1,128 @@
+"""The chaos test's verdict, from what a run recorded: which jobs were lost, what else is wrong.
+
+Pure: reads the run's result (a JSON-able dict, see ``run.py``), returns problems and the
+closing report as text. A job record is a dict with ``id``, ``nodes``, ``sleep``, ``code`` (the
+exit code it was told to end with), ``events`` (its main eventlog, ``[name, context]`` pairs) and
+``submit_error`` (None, or why it could not be submitted).
+"""
+
+from .schedule import ALL_KINDS
+
+RSS_GROWTH_KB = 64 * 1024  # a module process may grow this much over its first sample
+
+
+def job_problems(job):
+    """What is wrong with one job's end, as short sentences (empty: it ended as it should).
+
+    A job is right when it became inactive (``clean``), raised no exception and its
+    ``finish`` status is its own exit code (a wait status of ``code << 8``).
+    """
+    if job.get("submit_error"):
+        return [f"submit failed: {job['submit_error']}"]
+    problems = []
+    events = job.get("events", [])
+    names = [name for name, _ in events]
+    for name, context in events:
+        if name == "exception":
+            problems.append(
+                f"exception type={context.get('type')} severity={context.get('severity')}: "
+                f"{context.get('note', '')}"
+            )
+    finish = [context for name, context in events if name == "finish"]
+    if finish:
+        status = finish[0].get("status")
+        if status != job["code"] << 8:
+            problems.append(f"finish status {_status(status)}, expected exit {job['code']}")
+    elif "clean" in names:
+        problems.append("inactive without a finish event")
+    if "clean" not in names:
+        last = names[-1] if names else "nothing"
+        problems.append(f"not inactive after the chaos ended (last event: {last})")
+    return problems
+
+
+def _status(status):
+    if not isinstance(status, int):
+        return repr(status)
+    if status & 0x7F:
+        return f"{status} (signal {status & 0x7F})"
+    return f"{status} (exit {status >> 8})"
+
+
+def lost_jobs(jobs):
+    """``[(id, problems)]`` for every job that did not end as it should, in submit order."""
+    lost = []
+    for job in jobs:
+        problems = job_problems(job)
+        if problems:
+            lost.append((job.get("id") or "(no id)", problems))
+    return lost
+
+
+def rss_problems(rss, growth_kb=RSS_GROWTH_KB):
+    """Module processes whose peak RSS exceeded their first sample by more than ``growth_kb``.
+
+    Args:
+        rss: ``{name: [first_kb, peak_kb]}``, one entry per module process sampled.
+    """
+    return [
+        f"{name}: RSS grew from {first} kB to {peak} kB (bound: +{growth_kb} kB)"
+        for name, (first, peak) in sorted(rss.items())
+        if peak - first > growth_kb
+    ]
+
+
+def violations(result):
+    """Every violated invariant of a run, one sentence each (empty: the run passed)."""
+    found = []
+    lost = lost_jobs(result.get("jobs", []))
+    if lost:
+        found.append(f"{len(lost)} of {len(result.get('jobs', []))} jobs lost")
+    if not result.get("jobs"):
+        found.append("no job ran")
+    if result.get("units_left"):
+        found.append(f"{len(result['units_left'])} unit(s) of the instance left")
+    if result.get("units_left_after_shutdown"):
+        found.append(
+            f"{len(result['units_left_after_shutdown'])} unit(s) left after the instance exited"
+        )
+    for rank, answer in sorted(result.get("answers", {}).items()):
+        if answer is not True:
+            found.append(f"sdexec on rank {rank} does not answer afterwards: {answer}")
+    found += rss_problems(result.get("rss", {}), result.get("rss_growth_kb", RSS_GROWTH_KB))
+    found += [f"fault failed: {text}" for text in result.get("fault_failures", [])]
+    found += result.get("harness_errors", [])
+    return found
+
+
+def report(result):
+    """The closing report: faults per kind, jobs run and lost, units left, the verdict line."""
+    faults = result.get("faults", {})
+    lines = [f"{'fault':<11} {'injected':>8} {'skipped':>8} {'failed':>7}"]
+    for kind in ALL_KINDS:
+        count = faults.get(kind, {})
+        lines.append(
+            f"{kind:<11} {count.get('injected', 0):>8} {count.get('skipped', 0):>8} "
+            f"{count.get('failed', 0):>7}"
+            + (
+                f"  ({result['skip_reasons'][kind]})"
+                if kind in result.get("skip_reasons", {})
+                else ""
+            )
+        )
+    jobs = result.get("jobs", [])
+    lost = lost_jobs(jobs)
+    left = result.get("units_left", []) + result.get("units_left_after_shutdown", [])
+    lines.append(f"jobs run {len(jobs)}, lost {len(lost)}; units left {len(left)}")
+    for name, (first, peak) in sorted(result.get("rss", {}).items()):
+        lines.append(f"rss {name}: first {first} kB, peak {peak} kB")
+    found = violations(result)
+    for text in found:
+        lines.append(f"violation: {text}")
+    injected = sum(count.get("injected", 0) for count in faults.values())
+    lines.append(
+        f"chaos: {'FAIL' if found else 'PASS'} seed={result.get('seed')} "
+        f"duration={result.get('duration', 0):g}s jobs={len(jobs)} lost={len(lost)} "
+        f"units-left={len(left)} faults={injected}"
+    )
+    return lines
