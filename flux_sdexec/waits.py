@@ -33,9 +33,10 @@ S = ProcState
 # job-exec removal are revived without need.
 ANSWER_GRACE = 2.0
 # job-exec loaded again asks by label within seconds of its load (the upgrade loads it
-# right after sdexec); a minute leaves an admin reloading job-exec by hand after an sdexec
-# crash time to do it, and a record nobody asks for is still soon gone.
-RECORD_HOLD = 60.0
+# right after sdexec); short enough that a record nobody asks for is soon gone. Every
+# short-lived client of a parked wait (flux sproc wait) revives its record as it exits,
+# so the hold is also how long such a unit stays listed.
+RECORD_HOLD = 20.0
 
 
 def output_drained(p, event, out):

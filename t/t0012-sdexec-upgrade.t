@@ -199,7 +199,7 @@ test_expect_success 'a wait answer left unread by a departing client: the next c
 	touch lost.gate &&
 	wait $dpid &&
 	test_expect_code 5 $sproc_wait -r 1 lost &&
-	flux exec -r 1 flux dmesg | grep "lost\[.*\]: its waiter left within 2s of the answer: collectable for 60s"
+	flux exec -r 1 flux dmesg | grep "lost\[.*\]: its waiter left within 2s of the answer: collectable for 20s"
 '
 test_expect_success 'by pid too; a record nobody collects again is let go after the hold' '
 	$sdexec -r 1 --bg --waitable --label=lost2 sh -c "while ! test -e lost2.gate; do sleep 0.1; done; exit 4" >lost2.pid &&
@@ -215,8 +215,8 @@ test_expect_success 'by pid too; a record nobody collects again is let go after 
 	sdexec_wait_until test -e lost3.parked &&
 	touch lost3.gate &&
 	wait $dpid &&
-	SDEXEC_WAIT_TIMEOUT=90 sdexec_wait_until sdexec_unit_gone $(unit_of lost3 1) &&
-	flux exec -r 1 flux dmesg | grep "lost3\[.*\]: not collected within 60s, let go" &&
+	SDEXEC_WAIT_TIMEOUT=40 sdexec_wait_until sdexec_unit_gone $(unit_of lost3 1) &&
+	flux exec -r 1 flux dmesg | grep "lost3\[.*\]: not collected within 20s, let go" &&
 	test_must_fail $sproc_wait -r 1 lost3 2>lost3.err &&
 	grep "not found" lost3.err
 '

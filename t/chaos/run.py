@@ -30,9 +30,9 @@ def module_file(checkout, name="sdexec"):
 
 
 STARTUP_BUDGET = 420  # s to start, end the last fault (upgrade, systemd after a bus kill), stop
-# seconds the last units may take to go once every job is inactive: beyond sdexec's 60 s
+# seconds the last units may take to go once every job is inactive: beyond sdexec's 20 s
 # hold of a record revived after an upgrade whose answer job-exec had in fact read
-UNITS_GONE_TIMEOUT = 75
+UNITS_GONE_TIMEOUT = 30
 
 
 def parse_args(argv):
