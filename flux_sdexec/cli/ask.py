@@ -22,6 +22,19 @@ class Answer:
         self.error = None
 
 
+def add_output_options(sub):
+    """``-o text|json`` and ``-t SECONDS`` (how long to wait for the ranks), as every query has."""
+    sub.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    sub.add_argument(
+        "-t",
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for the ranks' answers (default 5)",
+    )
+
+
 def ask_all(h, topic, ranks, payload=None, timeout=5.0):
     """Send ``topic`` to every rank in ``ranks`` now; wait for the answers until ``timeout``.
 

@@ -20,15 +20,7 @@ def register(subparsers):
         description="Show the sdexec module of every rank in one table; ranks that look "
         "alike share a row (process counts are summed). Exit status 1 if a rank is unhealthy.",
     )
-    sub.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    sub.add_argument(
-        "-t",
-        "--timeout",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="how long to wait for the ranks' answers (default 5)",
-    )
+    ask.add_output_options(sub)
     sub.set_defaults(func=run)
 
 

@@ -31,15 +31,7 @@ def register(subparsers):
         action="store_true",
         help="also the units of this instance systemd holds that sdexec does not track",
     )
-    sub.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    sub.add_argument(
-        "-t",
-        "--timeout",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="how long to wait for the ranks' answers (default 5)",
-    )
+    ask.add_output_options(sub)
     sub.set_defaults(func=run)
 
 
