@@ -211,7 +211,7 @@ test_sdexec_cli() {
 		sdexec_wait_until sdexec_rank_ok 1 &&
 		flux sdexec status >status-end.out &&
 		test_debug "cat status-end.out" &&
-		rows status-end.out | grep -E "^ok +1 +1 .* 2 +1 +1 +2 +warn " &&
+		rows status-end.out | grep -E "^ok +1 +1 .* 2 +1 +1 +2 +[-a-z]+ +warn " &&
 		flux sdexec units -r 1 >units-adopted.out &&
 		test_debug "cat units-adopted.out" &&
 		rows units-adopted.out | grep -E "^ *1 +kept-1:$SDEXEC_INSTANCE.service +- +running +[0-9]+ +[-0-9T:]+ +kept\$" &&
