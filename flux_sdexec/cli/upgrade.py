@@ -164,7 +164,7 @@ class Upgrade:
 
     def wait_startup(self, force):
         """Wait (at most the timeout in all) until no bgexec job lacks its ``recoverable``
-        event and none is being finalized; return job-exec's jobs as they are then (the
+        event and none is being finalized or initialized; return job-exec's jobs as they are then (the
         removal follows at once)."""
         deadline = time.monotonic() + self.timeout
         recoverable = set()
@@ -175,11 +175,12 @@ class Upgrade:
             if why:
                 raise Failure(why.replace("refusing to upgrade", "a job started meanwhile"))
             pending = plan.in_startup(jobs.reattachable, recoverable)
-            if not pending and not jobs.finalizing:
+            unsettled = jobs.finalizing + jobs.initializing
+            if not pending and not unsettled:
                 return jobs
-            if not pending:  # a job being released: a moment, then look again
+            if not pending:  # a job being released or set up: a moment, then look again
                 if time.monotonic() >= deadline:
-                    raise Failure(f"jobs still finalizing: {', '.join(jobs.finalizing)}")
+                    raise Failure(f"jobs still finalizing or initializing: {', '.join(unsettled)}")
                 time.sleep(0.05)
                 continue
             say(f"waiting for {len(pending)} job(s) in their startup window: {', '.join(pending)}")

@@ -18,25 +18,30 @@ class Jobs:
     reattachable: ids of bgexec jobs; ending: (id, implementation) of every other job;
     finalizing: ids of jobs whose shells are all done and whose release job-exec has
     yet to send (removed then, job-exec never sends it: the job stays in CLEANUP).
+    initializing: ids of jobs job-exec has not yet given an implementation (it is still
+    reading their J and R): in their startup window, whatever method they will get.
     """
 
     reattachable: tuple
     ending: tuple
     finalizing: tuple = ()
+    initializing: tuple = ()
 
 
 def sort_jobs(jobs):
     """``jobs``: job-exec's stats ``jobs`` object ({id: {"implementation": ...}})."""
-    reattachable, ending, finalizing = [], [], []
+    reattachable, ending, finalizing, initializing = [], [], [], []
     for jobid, entry in sorted(jobs.items()):
         impl = entry.get("implementation", "none")
         if entry.get("finalizing"):
             finalizing.append(jobid)
+        elif impl == "none":
+            initializing.append(jobid)
         elif impl in REATTACHABLE:
             reattachable.append(jobid)
         else:
             ending.append((jobid, impl))
-    return Jobs(tuple(reattachable), tuple(ending), tuple(finalizing))
+    return Jobs(tuple(reattachable), tuple(ending), tuple(finalizing), tuple(initializing))
 
 
 def in_startup(reattachable, recoverable):

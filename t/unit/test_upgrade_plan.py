@@ -17,9 +17,12 @@ def test_bgexec_jobs_are_reattached_every_other_implementation_ends():
     assert jobs.ending == (("fA", "bulk-exec"), ("fD", "testexec"))
 
 
-def test_an_entry_without_implementation_is_counted_as_ending():
-    """job-exec says "none" for a job it has no implementation for yet: not reattachable."""
-    assert plan.sort_jobs({"fX": {}}).ending == (("fX", "none"),)
+def test_a_job_without_implementation_yet_is_initializing_not_ending():
+    """job-exec says "none" for a job whose J and R it is still reading: the upgrade waits
+    for it to get its implementation rather than refusing (seen in a chaos run)."""
+    jobs = plan.sort_jobs({"fX": {"implementation": "none"}, "fY": {}})
+    assert jobs.initializing == ("fX", "fY") and jobs.ending == () and jobs.reattachable == ()
+    assert plan.refusal(jobs, force=False) is None
 
 
 def test_a_job_being_finalized_is_set_apart():
