@@ -180,7 +180,8 @@ class Upgrade:
                 return jobs
             if not pending:  # a job being released or set up: a moment, then look again
                 if time.monotonic() >= deadline:
-                    raise Failure(f"jobs still finalizing or initializing: {', '.join(unsettled)}")
+                    names = ", ".join(unsettled)
+                    raise Failure(f"jobs still finalizing or initializing: {names}")
                 time.sleep(0.05)
                 continue
             say(f"waiting for {len(pending)} job(s) in their startup window: {', '.join(pending)}")
