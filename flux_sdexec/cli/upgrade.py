@@ -164,8 +164,8 @@ class Upgrade:
 
     def wait_startup(self, force):
         """Wait (at most the timeout in all) until no bgexec job lacks its ``recoverable``
-        event and none is being finalized or initialized; return job-exec's jobs as they are then (the
-        removal follows at once)."""
+        event and none is being finalized or initialized; return job-exec's jobs as they
+        are then (the removal follows at once)."""
         deadline = time.monotonic() + self.timeout
         recoverable = set()
         while True:
