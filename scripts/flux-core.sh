@@ -6,7 +6,10 @@
 #   FLUX_CORE_BUILD    where the build tree is kept, for `make check-upstream`
 #                      (default /var/tmp/flux-sdexec/<tarball name without .tar.gz>)
 #   FLUX_CORE_PREFIX   install prefix (default /usr/local)
-#   PYTHON             the Python flux-core's bindings and our module run under (default python3)
+#   FLUX_PYTHON        the Python flux-core's commands, its bindings and our module run under:
+#                      one every user can run (default /usr/bin/python3, the distribution's)
+#
+# Configured --with-flux-security when flux-security (the IMP, make flux-security) is installed.
 #
 # Does nothing when a flux-core >= FLUX_CORE_MIN_VERSION with systemd support is installed
 # under the prefix and, if a tarball is named, its build tree is complete.
@@ -14,7 +17,8 @@ set -euo pipefail
 
 MIN_VERSION=${FLUX_CORE_MIN_VERSION:-0.88.0}
 PREFIX=${FLUX_CORE_PREFIX:-/usr/local}
-PYTHON=$(command -v "${PYTHON:-python3}") || { echo "flux-core: no ${PYTHON:-python3} on PATH" >&2; exit 1; }
+PYTHON=${FLUX_PYTHON:-/usr/bin/python3}
+[ -x "$PYTHON" ] || { echo "flux-core: FLUX_PYTHON=$PYTHON is not an executable" >&2; exit 1; }
 TARBALL=${FLUX_CORE_TARBALL:-}
 say() { echo "flux-core: $*"; }
 die() { echo "flux-core: $*" >&2; exit 1; }
@@ -22,8 +26,8 @@ die() { echo "flux-core: $*" >&2; exit 1; }
 # Debian packages flux-core's configure needs (from its scripts/install-deps-deb.sh, less docs/tests extras).
 DEB_DEPS="make gcc g++ pkg-config libc6-dev libzmq3-dev uuid-dev libjansson-dev liblz4-dev
     libarchive-dev libhwloc-dev libsqlite3-dev lua5.1 liblua5.1-dev lua-posix libsystemd-dev
-    libsodium-dev libncurses-dev jq time"
-PY_DEPS="cffi ply pyyaml"
+    libsodium-dev libncurses-dev jq time python3-dev python3-cffi python3-yaml python3-jsonschema
+    python3-ply"
 
 installed_version() {
     local out
@@ -73,8 +77,9 @@ else
     echo "    $DEB_DEPS" | tr -s ' \n' ' '
     echo
 fi
-# shellcheck disable=SC2086
-"$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore $PY_DEPS
+for mod in cffi yaml jsonschema ply; do
+    "$PYTHON" -c "import $mod" 2>/dev/null || die "$PYTHON lacks the Python module $mod (Debian: python3-$mod)"
+done
 
 rm -rf "$BUILD"
 mkdir -p "$(dirname "$BUILD")"
@@ -90,7 +95,9 @@ cd "$BUILD"
 log="$BUILD/flux-sdexec-build.log"
 say "configure, make -j$(nproc) (a few minutes); log in $log"
 start=$SECONDS
-./configure --prefix="$PREFIX" --disable-docs PYTHON="$PYTHON" >"$log" 2>&1 ||
+security=
+pkg-config --exists flux-security 2>/dev/null && security=--with-flux-security
+./configure --prefix="$PREFIX" --disable-docs $security PYTHON="$PYTHON" >"$log" 2>&1 ||
     { tail -30 "$log" >&2; die "configure failed (see $log)"; }
 grep -q '^#define HAVE_LIBSYSTEMD 1' config/config.h ||
     die "configure did not find libsystemd: install libsystemd-dev and run again"
