@@ -1,0 +1,63 @@
+"""A containment verdict, the text that fails an exec, and the tally of verdicts. Pure: stdlib only.
+
+A Verdict says, for one constraint of one start, whether the kernel enforces it
+(ENFORCED, NOT_ENFORCED, NOT_CHECKABLE), why, and which hierarchy decided (``v2``,
+``v1:<controller>``, ``none``).
+"""
+
+from collections import namedtuple
+
+from flux_sdexec.cgroups import V2
+
+ENFORCED = "enforced"
+NOT_ENFORCED = "not-enforced"
+NOT_CHECKABLE = "not-checkable"
+OUTCOMES = (ENFORCED, NOT_ENFORCED, NOT_CHECKABLE)
+NOWHERE = "none"
+
+Verdict = namedtuple("Verdict", "constraint outcome reason hierarchy", defaults=(NOWHERE,))
+
+
+def hierarchy_label(hierarchy):
+    """How a verdict names the hierarchy that decided: ``v2``, ``v1:<controller>``, ``none``."""
+    return NOWHERE if hierarchy is None else V2 if hierarchy == V2 else f"v1:{hierarchy}"
+
+
+def failure(verdicts):
+    """The text to fail an exec with under ``enforce``: its first constraint not enforced."""
+    for v in verdicts:
+        if v.outcome == NOT_ENFORCED:
+            return f"{v.constraint} not enforced: {v.reason}"
+    return None
+
+
+class Tally:
+    """Per constraint, how many starts had it enforced / not enforced / not checkable."""
+
+    def __init__(self):
+        self._counts = {}
+        self._said = set()
+
+    def add(self, verdicts):
+        """Count one start's verdicts; return those whose (constraint, reason) is new."""
+        new = []
+        for v in verdicts:
+            entry = self._counts.setdefault(
+                v.constraint, {**{o: 0 for o in OUTCOMES}, "last_reason": ""}
+            )
+            entry[v.outcome] += 1
+            entry["hierarchy"] = v.hierarchy
+            entry["last_read"] = v.reason
+            if v.outcome != ENFORCED:
+                entry["last_reason"] = v.reason
+                if (v.constraint, v.reason) not in self._said:
+                    self._said.add((v.constraint, v.reason))
+                    new.append(v)
+        return new
+
+    def stats(self):
+        """``{constraint: {<outcome>: count, "last_reason", "hierarchy", "last_read"}}``.
+
+        ``hierarchy`` decided the last start's verdict; ``last_read`` is what it said.
+        """
+        return {name: dict(entry) for name, entry in self._counts.items()}
