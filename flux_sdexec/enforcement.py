@@ -14,8 +14,8 @@ its v1 hierarchy when one is mounted (hybrid and legacy layouts), else nowhere:
   v1 ``cpuset.cpus`` / ``cpuset.mems`` when the unit has a cpuset cgroup of its own (systemd
   makes one only on v2). The idset must be the one asked for.
 - MemoryMax / MemoryHigh / MemorySwapMax: v2 ``memory.max`` / ``memory.high`` /
-  ``memory.swap.max`` must hold the limit (bytes rounded down to a page, ``N%`` of physical
-  memory within two pages, ``infinity`` as no limit). v1: MemoryMax is
+  ``memory.swap.max`` must hold the limit (bytes rounded down to a page, ``N%`` of the memory
+  systemd scales by within two pages, ``infinity`` as no limit). v1: MemoryMax is
   ``memory.limit_in_bytes``; MemorySwapMax is ``memory.memsw.limit_in_bytes``, a cap on memory
   *plus* swap, so it must exceed ``memory.limit_in_bytes`` by the swap asked for; MemoryHigh
   has no v1 equivalent (systemd writes it only to v2; ``memory.soft_limit_in_bytes`` is a
@@ -118,9 +118,9 @@ def post_start_check(req, debug):
 class Host:
     """What relative values are relative to."""
 
-    mem_total: int  # bytes of physical memory (``N%`` memory limits)
+    mem_total: int  # bytes systemd scales ``N%`` memory limits by (hostlimits.physical_memory)
     page: int = 4096
-    tasks_total: int = 0  # the system's task limit (``N%`` TasksMax)
+    tasks_total: int = 0  # the task count systemd scales ``N%`` TasksMax by (0: unknown)
 
 
 @dataclass(frozen=True)

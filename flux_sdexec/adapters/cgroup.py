@@ -13,11 +13,11 @@ import os
 import stat
 
 from flux_sdexec import cgroups, enforcement
+from flux_sdexec.adapters import host
 from flux_sdexec.values import parse_idset
 
 HINT = "(is cpuset controller delegated to the user instance?)"
 UNAVAILABLE = f"AllowedCPUs not enforced: cpuset.cpus unavailable {HINT}"
-TASKS_MAX_LIMIT = 4194303  # systemd's ceiling for the task limit it scales TasksMax=N% by
 
 
 def _cgroup2_mount(proc="/proc"):
@@ -71,29 +71,13 @@ def _read(path):
         return f.read()
 
 
-def _mem_total(proc):
-    for line in _read(f"{proc}/meminfo").splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024
-    raise OSError("no MemTotal in meminfo")
-
-
-def _tasks_total(proc):
-    """The system's task limit systemd scales ``TasksMax=N%`` by (0 when unknown)."""
-    try:
-        pid_max = int(_read(f"{proc}/sys/kernel/pid_max"))
-        threads_max = int(_read(f"{proc}/sys/kernel/threads-max"))
-    except (OSError, ValueError):
-        return 0
-    return min(pid_max - 1, threads_max, TASKS_MAX_LIMIT)
-
-
 def _host(proc):
+    """What relative limits are relative to: systemd's values, container limits included."""
     try:
-        mem_total = _mem_total(proc)
+        memory, page = host.physical_memory(proc)
     except (OSError, ValueError):
-        mem_total = 0
-    return enforcement.Host(mem_total, os.sysconf("SC_PAGE_SIZE"), _tasks_total(proc))
+        memory, page = 0, os.sysconf("SC_PAGE_SIZE")
+    return enforcement.Host(memory, page, host.tasks_limit(proc))
 
 
 def _device_numbers(device_allow):
