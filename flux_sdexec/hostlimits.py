@@ -1,4 +1,4 @@
-"""What systemd scales ``N%`` limits by. Pure: stdlib only.
+"""What systemd scales ``N%`` limits by, and a share of it in bytes. Pure: stdlib only.
 
 systemd (252: ``physical_memory()`` and ``system_tasks_max()`` in limits-util.c) does not
 take MemTotal and pid_max alone: it takes the minimum with the limit set on the *root
@@ -8,6 +8,8 @@ is 4 GiB, whatever the host has. Memory limits are read from v2 ``memory.max`` w
 controller is on v2, else from v1 ``memory.limit_in_bytes``; the task limit from
 ``pids.max``; a file that is missing or says ``max`` leaves the kernel's value.
 """
+
+from fractions import Fraction
 
 TASKS_MAX = 4194303  # systemd's ceiling for the task limit (TASKS_MAX)
 UINT64_MAX = 2**64 - 1
@@ -54,3 +56,17 @@ def tasks_limit(pid_max, threads_max, root_pids_max_text):
     """
     root = _limit(root_pids_max_text)
     return min(TASKS_MAX, pid_max - 1, threads_max, TASKS_MAX if not root else root)
+
+
+def memory_share(memory, page, percent, allocated=1, total=1):
+    """Bytes of ``percent``% times ``allocated``/``total`` of ``memory``, as systemd rounds.
+
+    systemd scales by whole pages and rounds down (``physical_memory_scale``). The share is
+    computed exactly (``percent`` is the text before ``%``), and a share above zero is at
+    least one page: systemd refuses a MemoryMax of 0.
+    """
+    share = Fraction(percent) * allocated / total / 100
+    pages = memory // page * share
+    if share > 0:
+        return max(int(pages), 1) * page
+    return 0

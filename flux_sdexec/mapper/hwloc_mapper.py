@@ -8,6 +8,7 @@ scaled by allocated/total PUs. Differences from flux-core are listed in README.m
 
 import errno
 
+from flux_sdexec.adapters import host
 from flux_sdexec.mapper import memory
 from flux_sdexec.mapper.base import ResourceMapper, encode_idset
 from flux_sdexec.mapper.devices import GpuDevices
@@ -38,6 +39,7 @@ class HwlocMapper(ResourceMapper):
         super().__init__(rank)
         self.topology = Topology(xml)
         self.devices = GpuDevices(sysfs, dev, proc)
+        self._proc = proc
 
     def map_cores(self, cores):
         """``AllowedCPUs`` and ``AllowedMemoryNodes`` for logical cores (an idset string).
@@ -78,5 +80,22 @@ class HwlocMapper(ResourceMapper):
         properties = super().finalize_properties(properties, R, extra_properties)
         if extra_properties and "AllowedCPUs" in properties:
             allocated = len(parse_idset(properties["AllowedCPUs"]))
-            properties.update(memory.scale_caps(extra_properties, allocated, self.topology.count()))
+            total = self.topology.count()
+            caps = memory.scale_caps(extra_properties, allocated, total, self.physical_memory)
+            properties.update(caps)
         return properties
+
+    def physical_memory(self):
+        """``(bytes, page size)`` systemd scales ``N%`` memory caps by on this node.
+
+        Raises:
+            OSError: the node's memory cannot be read.
+        """
+        try:
+            return host.physical_memory(self._proc)
+        except (OSError, ValueError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise OSError(
+                getattr(exc, "errno", None) or errno.EINVAL,
+                f"failed to scale memory caps: cannot read the node's memory: {why}",
+            ) from None

@@ -1,13 +1,21 @@
 """Memory caps scaled to a job's share of a node (pure).
 
 A cap from ``exec.sdexec-properties`` (MemoryHigh, MemoryMax, MemorySwapMax) is
-multiplied by allocated PUs / total PUs: ``N%`` becomes ``round(N*ratio)%``, a
-size (bytes or K/M/G/T, 1024-based, any case) becomes whole bytes. ``infinity``
-and values that do not parse are left alone, as flux-core does. Protections
-(MemoryMin, MemoryLow) are per-job guarantees and never scaled.
+multiplied by allocated PUs / total PUs. A size (bytes or K/M/G/T, 1024-based, any case)
+becomes whole bytes. ``N%`` becomes bytes too: N% of the memory systemd scales percentages
+by (``physical()``, MemTotal or a container's limit), times the share, rounded down to a page
+as systemd rounds, computed exactly and never 0 for a share above 0. flux-core writes
+``round(N*share)%`` instead, which is 0% for 50% on a 1-PU job of a 128-PU node; and a
+fraction such as ``0.390625%`` would be exact only until a daemon-reload, when systemd
+252 re-reads its own ``MemoryMax=0.39%``. ``infinity``, negative percentages and values
+that do not parse are left alone, as flux-core does. Protections (MemoryMin, MemoryLow) are
+per-job guarantees and never scaled.
 """
 
 import math
+from fractions import Fraction
+
+from flux_sdexec import hostlimits
 
 SCALED = ("MemoryHigh", "MemoryMax", "MemorySwapMax")
 _SUFFIXES = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -32,19 +40,27 @@ def parse_size(text):
         raise ValueError(f"invalid memory size: {text!r}") from None
 
 
-def scale(text, allocated, total):
-    """``text`` scaled by allocated/total, or None when it is infinite or unparsable."""
+def scale(text, allocated, total, physical):
+    """``text`` scaled by allocated/total as bytes, or None when infinite or unparsable.
+
+    ``physical()`` returns ``(bytes, page size)`` of the memory systemd scales ``N%`` by;
+    it is called for a percentage only.
+    """
     try:
         value, percent = parse_size(text)
     except ValueError:
         return None
     if math.isinf(value) or math.isnan(value):
         return None
-    scaled = value * allocated / total
-    return f"{round(scaled)}%" if percent else str(int(scaled))
+    if not percent:
+        return str(int(value * allocated / total))
+    if value < 0:
+        return None
+    memory, page = physical()
+    return str(hostlimits.memory_share(memory, page, Fraction(text.strip()[:-1]), allocated, total))
 
 
-def scale_caps(extra, allocated, total):
+def scale_caps(extra, allocated, total, physical):
     """The scaled caps among ``extra`` (a dict of property strings), as a dict."""
     out = {}
     if total <= 0:
@@ -52,7 +68,7 @@ def scale_caps(extra, allocated, total):
     for name in SCALED:
         text = extra.get(name)
         if isinstance(text, str) and text:
-            value = scale(text, allocated, total)
+            value = scale(text, allocated, total, physical)
             if value is not None:
                 out[name] = value
     return out

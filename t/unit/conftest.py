@@ -42,6 +42,7 @@ class Node:
         info = self.proc / "driver/nvidia/gpus/0000:01:00.0/information"
         info.parent.mkdir(parents=True)
         info.write_text("Model: A100\nIRQ: 42\nDevice Minor: 0\nBus Location: 0000:01:00.0\n")
+        (self.proc / "meminfo").write_text(f"MemTotal: {16 << 20} kB\nMemFree: 1 kB\n")
         for name in ("nvidia0", "nvidiactl", "nvidia-uvm", "kfd"):
             self.touch(name)
 

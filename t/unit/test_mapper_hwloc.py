@@ -129,9 +129,12 @@ def test_no_gpus_on_this_machine_fixture(node):
 @pytest.mark.parametrize(
     "cores, extra, expected",
     [
-        ("0-7", {"MemoryMax": "95%"}, {"MemoryMax": "48%"}),  # 47.5 rounds to even
-        ("0-2", {"MemoryMax": "93%"}, {"MemoryMax": "17%"}),  # 17.4375
-        ("0-15", {"MemoryMax": "95%"}, {"MemoryMax": "95%"}),
+        # percentages of the node's 16 GiB (4194304 pages) in whole pages, 32 PUs
+        ("0-7", {"MemoryMax": "95%"}, {"MemoryMax": str(1992294 * 4096)}),  # 47.5%
+        ("0-2", {"MemoryMax": "93%"}, {"MemoryMax": str(731381 * 4096)}),  # 17.4375%
+        ("0-15", {"MemoryMax": "95%"}, {"MemoryMax": str(3984588 * 4096)}),
+        ("0", {"MemoryMax": "50%"}, {"MemoryMax": str(512 << 20)}),  # 3.125%: 512 MiB
+        ("0", {"MemoryMax": "5%"}, {"MemoryMax": str(13107 * 4096)}),  # 0.3125%, was "0%"
         ("0-7", {"MemoryHigh": "8G"}, {"MemoryHigh": str(4 * 1024**3)}),
         ("0", {"MemorySwapMax": "1m"}, {"MemorySwapMax": str(1024**2 // 16)}),
         ("0-3", {"MemoryMax": "4096"}, {"MemoryMax": "1024"}),
