@@ -51,6 +51,7 @@ from flux_sdexec.limit_rules import FILES, V1_RULES, V2_RULES, v1_memory_high
 from flux_sdexec.properties import PREFIX
 from flux_sdexec.verdicts import (
     ENFORCED,
+    LOGGED_MAX,
     NOT_CHECKABLE,
     NOT_ENFORCED,
     NOWHERE,
@@ -67,6 +68,7 @@ __all__ = [
     "ENFORCED",
     "Host",
     "IMP_DEVICES",
+    "LOGGED_MAX",
     "NOT_CHECKABLE",
     "NOT_ENFORCED",
     "NOWHERE",

@@ -5,6 +5,7 @@ A Verdict says, for one constraint of one start, whether the kernel enforces it
 ``v1:<controller>``, ``none``).
 """
 
+import re
 from collections import namedtuple
 
 from flux_sdexec.cgroups import V2
@@ -16,6 +17,12 @@ OUTCOMES = (ENFORCED, NOT_ENFORCED, NOT_CHECKABLE)
 NOWHERE = "none"
 
 Verdict = namedtuple("Verdict", "constraint outcome reason hierarchy", defaults=(NOWHERE,))
+
+LOGGED_MAX = 64  # distinct reason classes a Tally remembers (and the adapter logs)
+# what varies from one start to the next in a reason: parenthesised details (paths, unit
+# names, byte counts), quoted values, and numbers with what is glued to them (pids, sizes,
+# idsets, device numbers)
+_VARYING = re.compile(r"\([^()]*\)|'[^']*'|\b\d(?:[\w.,:%-]*[\w%])?")
 
 
 def hierarchy_label(hierarchy):
@@ -31,15 +38,27 @@ def failure(verdicts):
     return None
 
 
+def reason_class(reason):
+    """``reason`` with what varies between starts cut out: the same class for every pid."""
+    return _VARYING.sub("…", reason)
+
+
 class Tally:
-    """Per constraint, how many starts had it enforced / not enforced / not checkable."""
+    """Per constraint, how many starts had it enforced / not enforced / not checkable.
+
+    Each reason a constraint was not enforced is reported once per class (``reason_class``,
+    with the outcome and hierarchy), so a reason naming a pid or a job's values does not
+    report every start; at most LOGGED_MAX classes are remembered, after which ``overflowed``
+    is set and nothing new is reported.
+    """
 
     def __init__(self):
         self._counts = {}
         self._said = set()
+        self.overflowed = False
 
     def add(self, verdicts):
-        """Count one start's verdicts; return those whose (constraint, reason) is new."""
+        """Count one start's verdicts; return those whose reason class is new."""
         new = []
         for v in verdicts:
             entry = self._counts.setdefault(
@@ -50,9 +69,14 @@ class Tally:
             entry["last_read"] = v.reason
             if v.outcome != ENFORCED:
                 entry["last_reason"] = v.reason
-                if (v.constraint, v.reason) not in self._said:
-                    self._said.add((v.constraint, v.reason))
-                    new.append(v)
+                key = (v.constraint, v.outcome, v.hierarchy, reason_class(v.reason))
+                if key in self._said:
+                    continue
+                if len(self._said) >= LOGGED_MAX:
+                    self.overflowed = True
+                    continue
+                self._said.add(key)
+                new.append(v)
         return new
 
     def stats(self):

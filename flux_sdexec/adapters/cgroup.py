@@ -150,7 +150,8 @@ class ContainmentChecker:
     ``enforce``: a constraint that a constrained exec (SDEXEC_R_LOCAL) asked for and the
     kernel does not enforce fails the exec; ``warn``: it is logged and the exec runs;
     ``off``: nothing is read. Constraints a client set itself are checked and counted but
-    never fail an exec. Each (constraint, reason) not enforced is logged once.
+    never fail an exec. Each kind of reason (``verdicts.reason_class``: without pids or
+    values) a constraint was not enforced is logged once, up to ``LOGGED_MAX`` kinds.
     """
 
     def __init__(self, log, policy):
@@ -167,8 +168,14 @@ class ContainmentChecker:
         if self.policy == "off" or not spec.wanted:
             return None
         verdicts = check_containment(pid, spec.wanted, unit)
+        overflowed = self.tally.overflowed
         for v in self.tally.add(verdicts):
             self.log.warning(f"{unit}: {v.constraint} {v.outcome}: {v.reason} (first seen)")
+        if self.tally.overflowed and not overflowed:
+            self.log.warning(
+                f"{unit}: containment: {enforcement.LOGGED_MAX} kinds of reasons logged,"
+                " no more will be (flux module stats sdexec shows the last of each constraint)"
+            )
         if self.policy == "enforce" and spec.constrained:
             return enforcement.failure(verdicts)
         return None
