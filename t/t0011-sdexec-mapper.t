@@ -94,6 +94,18 @@ test_expect_success 'lookup maps core 0 of rank 1 as the CLI does, memory scaled
 	npus=$(ids "$(jq -r .AllowedCPUs lookup.out)" | wc -l) &&
 	jq -e ".MemoryMax == \"$(($GIB8 * npus / $(cat pus.total)))\"" lookup.out
 '
+test_expect_success 'a percentage cap is exact bytes of the memory systemd scales by' '
+	# issue 22: round(5 * npus / total)% was "0%" or "2%" here; the memory is MemTotal on
+	# this machine (its root cgroup has no limit), in whole pages rounded down
+	sdexec_set_config memory "$(printf "[exec]\nsdexec-properties = { MemoryMax = \"5%%\" }")" &&
+	lookup 1 "$(r_local 1 0)" >percent.out &&
+	sdexec_set_config memory &&
+	test_debug "cat percent.out" &&
+	npus=$(ids "$(jq -r .AllowedCPUs percent.out)" | wc -l) &&
+	page=$(getconf PAGESIZE) &&
+	pages=$(($(awk "/^MemTotal:/ {print \$2}" /proc/meminfo) * 1024 / page)) &&
+	jq -e ".MemoryMax == \"$((pages * 5 * npus / (100 * $(cat pus.total)) * page))\"" percent.out
+'
 test_expect_success HWLOC_CALC 'the CPUs and NUMA nodes are what hwloc-calc says of core 0' '
 	ids "$(hwloc-calc --if xml --input topo1.xml --physical-output --intersect PU core:0)" \
 		>pu.expected &&
