@@ -18,6 +18,7 @@ from flux_sdexec.values import parse_idset
 
 HINT = "(is cpuset controller delegated to the user instance?)"
 UNAVAILABLE = f"AllowedCPUs not enforced: cpuset.cpus unavailable {HINT}"
+_RELATIVE = ("MemoryMax", "MemoryHigh", "MemorySwapMax", "TasksMax")  # N% needs the Host
 
 
 def _cgroup2_mount(proc="/proc"):
@@ -71,12 +72,18 @@ def _read(path):
         return f.read()
 
 
-def _host(proc):
-    """What relative limits are relative to: systemd's values, container limits included."""
+def _host(proc, wanted):
+    """What relative limits are relative to: systemd's values, container limits included.
+
+    Read only when a memory or task limit in ``wanted`` is ``N%`` (a few hundred µs).
+    """
+    page = os.sysconf("SC_PAGE_SIZE")
+    if not any(str(wanted.get(name, "")).strip().endswith("%") for name in _RELATIVE):
+        return enforcement.Host(0, page, 0)
     try:
         memory, page = host.physical_memory(proc)
     except (OSError, ValueError):
-        memory, page = 0, os.sysconf("SC_PAGE_SIZE")
+        memory = 0
     return enforcement.Host(memory, page, host.tasks_limit(proc))
 
 
@@ -141,7 +148,7 @@ def check_containment(pid, wanted, unit_name, proc="/proc"):
             for name in enforcement.CONSTRAINTS
             if name in wanted
         ]
-    return enforcement.check(wanted, cg, unit_name, _host(proc))
+    return enforcement.check(wanted, cg, unit_name, _host(proc, wanted))
 
 
 class ContainmentChecker:
