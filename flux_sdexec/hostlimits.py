@@ -61,9 +61,9 @@ def tasks_limit(pid_max, threads_max, root_pids_max_text):
 def memory_share(memory, page, percent, allocated=1, total=1):
     """Bytes of ``percent``% times ``allocated``/``total`` of ``memory``, as systemd rounds.
 
-    systemd scales by whole pages and rounds down (``physical_memory_scale``). The share is
-    computed exactly (``percent`` is the text before ``%``), and a share above zero is at
-    least one page: systemd refuses a MemoryMax of 0.
+    ``percent`` is the N of ``N%`` (a Fraction, int or decimal text: taken exactly). systemd
+    scales by whole pages and rounds down (``physical_memory_scale``); a share above zero is
+    at least one page, since systemd refuses a MemoryMax of 0.
     """
     share = Fraction(percent) * allocated / total / 100
     pages = memory // page * share
