@@ -182,7 +182,7 @@ test_expect_success 'with the mapper unloaded a job fails with a clear reason' '
 test_expect_success 'a custom mapper from mapper-searchpath shows in stats and maps' '
 	mkdir site &&
 	cat >site/sitemap.py <<-EOF &&
-	from flux_sdexec.mapper import ResourceMapper
+	from flux_sdexec.map import ResourceMapper
 
 
 	class SiteMapper(ResourceMapper):

@@ -4,15 +4,15 @@ Reads /proc and the cgroup filesystems (every v1 hierarchy and the v2 one) of th
 process, nothing else (the ``proc`` root is a parameter and mount points come from its
 mountinfo, so tests run over a fake tree). ``check_allowed_cpus`` is flux-core's
 AllowedCPUs check (cgroup v2 only, its texts); ``check_containment`` hands the files of a
-unit's cgroups to the pure ``flux_sdexec.enforcement`` checker. Problems come back as text
-or verdicts, never raised; the AllowedCPUs texts are flux-core's, so job-exec's drain
-reasons read the same.
+unit's cgroups to the pure ``flux_sdexec.containment.enforcement`` checker. Problems come
+back as text or verdicts, never raised; the AllowedCPUs texts are flux-core's, so job-exec's
+drain reasons read the same.
 """
 
 import os
 import stat
 
-from flux_sdexec import cgroups, enforcement
+from flux_sdexec.containment import cgroups, enforcement
 from flux_sdexec.adapters import host
 from flux_sdexec.values import parse_idset
 

@@ -1,6 +1,6 @@
 """The memory and task limits systemd scales ``N%`` by on this node, read from /proc and cgroupfs.
 
-The reads behind ``flux_sdexec.hostlimits``: MemTotal, ``kernel.pid_max`` and
+The reads behind ``flux_sdexec.containment.hostlimits``: MemTotal, ``kernel.pid_max`` and
 ``kernel.threads-max``, and the root cgroup's ``memory.max`` / ``memory.limit_in_bytes`` and
 ``pids.max`` (the root cgroup is found from /proc/1/cgroup, its files through this process's
 mountinfo). The ``proc`` root is a parameter so tests run over a fake tree. A root cgroup
@@ -9,7 +9,7 @@ file that cannot be read is ignored, as systemd ignores it.
 
 import os
 
-from flux_sdexec import cgroups, hostlimits
+from flux_sdexec.containment import cgroups, hostlimits
 
 
 def _read(path):

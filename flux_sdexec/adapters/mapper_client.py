@@ -9,7 +9,7 @@ module's unload answers it with an error and nothing is started.
 import errno
 import json
 
-from flux_sdexec import containment
+from flux_sdexec.containment.lookup import LOOKUP_TOPIC, apply, lookup_error, lookup_payload
 from flux_sdexec.adapters.watchers import guarded
 from flux_sdexec.errors import RequestError
 
@@ -48,7 +48,7 @@ class MapperLookups:
 
     def lookup(self, msg, req, proceed):
         """Send the lookup for ``req``; ``proceed(msg, req)`` starts the unit once mapped."""
-        future = self.h.rpc(containment.LOOKUP_TOPIC, containment.lookup_payload(req), self.rank, 0)
+        future = self.h.rpc(LOOKUP_TOPIC, lookup_payload(req), self.rank, 0)
         self._pending[future] = (msg, self._sender_of(msg), req, proceed)
         future.then(guarded(self.log, LOOKUP_WHAT, self._mapped))  # a reactor callback
 
@@ -64,10 +64,10 @@ class MapperLookups:
             try:
                 mapped = future.get()
             except OSError as exc:
-                raise containment.lookup_error(exc.errno, exc.strerror or str(exc)) from None
+                raise lookup_error(exc.errno, exc.strerror or str(exc)) from None
             except json.JSONDecodeError:
                 raise RequestError(errno.EPROTO, "sdexec-mapper.lookup: reply is not JSON")
-            containment.apply(req, mapped)
+            apply(req, mapped)
             unit = proceed(msg, req)
             if self._debug():
                 self.log.debug(f"{unit}: started with mapped properties {json.dumps(mapped)}")

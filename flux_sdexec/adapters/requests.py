@@ -9,7 +9,8 @@ import dataclasses
 import errno
 import time
 
-from flux_sdexec import enforcement, properties, protocol, responses, settle
+from flux_sdexec import properties, protocol, responses, settle
+from flux_sdexec.containment import enforcement
 from flux_sdexec.adapters import introspect
 from flux_sdexec.adapters.channels import InputChannel, OutputChannel
 from flux_sdexec.adapters.messages import (

@@ -1,6 +1,6 @@
 """``flux sdexec map``: ``python3 -m flux_sdexec.map`` as a subcommand (its options, its code)."""
 
-from flux_sdexec import map as mapcli
+from flux_sdexec.containment import map as mapcli
 
 
 def register(subparsers):

@@ -10,7 +10,7 @@ come from a function the caller passes).
 import errno
 
 from flux_sdexec.cli.table import render
-from flux_sdexec.mapper.base import encode_idset
+from flux_sdexec.containment.mapper.base import encode_idset
 
 OK = "ok"
 NOT_ENFORCED = "not-enforced"  # a constraint not enforced under the enforce policy

@@ -2,7 +2,7 @@
 
 import signal
 
-from flux_sdexec.enforcement import PostStartCheck
+from flux_sdexec.containment.enforcement import PostStartCheck
 from flux_sdexec.machine import handle
 from flux_sdexec.protocol import ExecRequest
 from flux_sdexec.sdproc import SdProc

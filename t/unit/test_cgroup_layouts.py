@@ -8,9 +8,9 @@ test machine (v1 controllers, a v2 hierarchy with no controllers, systemd 252).
 
 import pytest
 
-from flux_sdexec import cgroups, enforcement
+from flux_sdexec.containment import cgroups, enforcement
 from flux_sdexec.adapters import cgroup
-from flux_sdexec.enforcement import ENFORCED, NOT_CHECKABLE, NOT_ENFORCED
+from flux_sdexec.containment.enforcement import ENFORCED, NOT_CHECKABLE, NOT_ENFORCED
 
 PID = 4242
 GIB = 1 << 30

@@ -8,9 +8,9 @@ remembered by class (without pids and values) and at most LOGGED_MAX classes.
 
 import string
 
-from flux_sdexec import enforcement
+from flux_sdexec.containment import enforcement
 from flux_sdexec.adapters import cgroup
-from flux_sdexec.enforcement import NOT_CHECKABLE, NOT_ENFORCED, PostStartCheck, Verdict
+from flux_sdexec.containment.enforcement import NOT_CHECKABLE, NOT_ENFORCED, PostStartCheck, Verdict
 
 GONE_PIDS = range(4_000_000, 4_001_000)  # above any pid_max: no such process
 

@@ -4,8 +4,14 @@ The verdicts over cgroup trees of each layout are in test_cgroup_layouts.py."""
 
 import pytest
 
-from flux_sdexec import config, enforcement
-from flux_sdexec.enforcement import ENFORCED, NOT_CHECKABLE, NOT_ENFORCED, PostStartCheck
+from flux_sdexec import config
+from flux_sdexec.containment import enforcement
+from flux_sdexec.containment.enforcement import (
+    ENFORCED,
+    NOT_CHECKABLE,
+    NOT_ENFORCED,
+    PostStartCheck,
+)
 from flux_sdexec.errors import RequestError
 from flux_sdexec.protocol import ExecRequest
 

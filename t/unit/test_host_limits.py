@@ -10,9 +10,9 @@ constrained job failed with EIO and drained its rank. The trees are test_cgroup_
 import pytest
 from test_cgroup_layouts import GIB, PAGE, Tree
 
-from flux_sdexec import cgroups, hostlimits
+from flux_sdexec.containment import cgroups, hostlimits
 from flux_sdexec.adapters import host
-from flux_sdexec.enforcement import ENFORCED, NOT_ENFORCED
+from flux_sdexec.containment.enforcement import ENFORCED, NOT_ENFORCED
 
 
 def limit_root(tree, pid1_path, root, **files):

@@ -4,7 +4,7 @@ import json
 
 from conftest import HWLOC
 
-from flux_sdexec import map as cli
+from flux_sdexec.containment import map as cli
 
 SYNTHETIC = str(HWLOC / "synthetic.xml")
 
@@ -47,7 +47,13 @@ def test_allowed_devices(capsys):
 def test_custom_mapper(capsys):
     """--mapper names any class with the (xml, rank) interface."""
     rc, out, _ = run(
-        capsys, "--xml", SYNTHETIC, "--cores", "1", "--mapper", "flux_sdexec.mapper.HwlocMapper"
+        capsys,
+        "--xml",
+        SYNTHETIC,
+        "--cores",
+        "1",
+        "--mapper",
+        "flux_sdexec.containment.mapper.HwlocMapper",
     )
     assert (rc, json.loads(out)["AllowedCPUs"]) == (0, "1,17")
 
@@ -59,4 +65,4 @@ def test_errors_exit_1(capsys):
     )
     assert "not a path under /dev/" in run(capsys, "--allowed-devices", "/etc/x")[2]
     assert run(capsys, "--mapper", "NoDots")[0] == 1
-    assert run(capsys, "--mapper", "flux_sdexec.mapper.ResourceMapper")[0] == 1
+    assert run(capsys, "--mapper", "flux_sdexec.containment.mapper.ResourceMapper")[0] == 1

@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from flux_sdexec.mapper import allowed
+from flux_sdexec.containment.mapper import allowed
 
 
 def mknod(path, kind=stat.S_IFCHR):

@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import xml
 
-from flux_sdexec.mapper import HwlocMapper, ResourceMapper
+from flux_sdexec.containment.mapper import HwlocMapper, ResourceMapper
 
 NVIDIA = "/dev/dri/card0 rw,/dev/dri/renderD128 rw,/dev/nvidia0 rw,/dev/nvidiactl rw"
 

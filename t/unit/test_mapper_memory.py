@@ -13,7 +13,7 @@ import pytest
 from conftest import xml
 
 from flux_sdexec import properties
-from flux_sdexec.mapper import HwlocMapper, memory
+from flux_sdexec.containment.mapper import HwlocMapper, memory
 
 GIB = 1 << 30
 PAGE = 4096

@@ -8,11 +8,11 @@ import sys
 import pytest
 from conftest import xml
 
-from flux_sdexec.mapper.service import MapperService
+from flux_sdexec.containment.mapper.service import MapperService
 
 R = {"version": 1, "execution": {"R_lite": [{"rank": "0", "children": {"core": "0"}}]}}
 CUSTOM = '''
-from flux_sdexec.mapper import ResourceMapper
+from flux_sdexec.containment.mapper import ResourceMapper
 
 
 class SiteMapper(ResourceMapper):

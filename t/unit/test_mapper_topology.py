@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from conftest import xml
 
-from flux_sdexec.mapper.topology import Topology
+from flux_sdexec.containment.mapper.topology import Topology
 
 
 def test_synthetic_counts():
@@ -92,7 +92,7 @@ def test_same_as_flux_core():
     """For the same XML, flux-core's HwlocMapper maps cores and orders GPUs as ours does."""
     from conftest import HWLOC
 
-    from flux_sdexec.mapper import HwlocMapper
+    from flux_sdexec.containment.mapper import HwlocMapper
 
     cases = [(str(HWLOC / "synthetic.xml"), c) for c in ("0", "0-1", "3-4", "0,5,10,15", "0-15")]
     cases += [(str(HWLOC / "this-machine.xml"), c) for c in ("0", "")]

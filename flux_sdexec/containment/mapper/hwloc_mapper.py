@@ -9,10 +9,10 @@ scaled by allocated/total PUs. Differences from flux-core are listed in README.m
 import errno
 
 from flux_sdexec.adapters import host
-from flux_sdexec.mapper import memory
-from flux_sdexec.mapper.base import ResourceMapper, encode_idset
-from flux_sdexec.mapper.devices import GpuDevices
-from flux_sdexec.mapper.topology import Topology
+from flux_sdexec.containment.mapper import memory
+from flux_sdexec.containment.mapper.base import ResourceMapper, encode_idset
+from flux_sdexec.containment.mapper.devices import GpuDevices
+from flux_sdexec.containment.mapper.topology import Topology
 from flux_sdexec.values import parse_idset
 
 

@@ -39,17 +39,17 @@ other modules use are re-exported here.
 from dataclasses import dataclass, field
 from typing import Callable
 
-from flux_sdexec.cgroups import LEGACY, V2, unit_dir
-from flux_sdexec.device_rules import (
+from flux_sdexec.containment.cgroups import LEGACY, V2, unit_dir
+from flux_sdexec.containment.device_rules import (
     DEVICE_CONSTRAINTS,
     IMP_DEVICES,
     USER_MANAGER_DEVICES,
     devices,
     is_multiuser_unit,
 )
-from flux_sdexec.limit_rules import FILES, V1_RULES, V2_RULES, v1_memory_high
+from flux_sdexec.containment.limit_rules import FILES, V1_RULES, V2_RULES, v1_memory_high
 from flux_sdexec.properties import PREFIX
-from flux_sdexec.verdicts import (
+from flux_sdexec.containment.verdicts import (
     ENFORCED,
     LOGGED_MAX,
     NOT_CHECKABLE,

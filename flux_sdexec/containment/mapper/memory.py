@@ -15,7 +15,7 @@ per-job guarantees and never scaled.
 import math
 from fractions import Fraction
 
-from flux_sdexec import hostlimits
+from flux_sdexec.containment import hostlimits
 
 SCALED = ("MemoryHigh", "MemoryMax", "MemorySwapMax")
 _SUFFIXES = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}

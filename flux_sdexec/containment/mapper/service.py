@@ -10,7 +10,7 @@ import errno
 import importlib
 import sys
 
-from flux_sdexec.mapper import allowed
+from flux_sdexec.containment.mapper import allowed
 
 DEFAULT_MAPPER = "flux_sdexec.map.HwlocMapper"
 

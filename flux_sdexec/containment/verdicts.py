@@ -8,7 +8,7 @@ A Verdict says, for one constraint of one start, whether the kernel enforces it
 import re
 from collections import namedtuple
 
-from flux_sdexec.cgroups import V2
+from flux_sdexec.containment.cgroups import V2
 
 ENFORCED = "enforced"
 NOT_ENFORCED = "not-enforced"

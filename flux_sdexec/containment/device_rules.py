@@ -8,8 +8,14 @@ itself; job-exec names such units ``imp-shell-…``, and for them a device polic
 see is NOT_CHECKABLE rather than failed.
 """
 
-from flux_sdexec.cgroups import LEGACY, V2
-from flux_sdexec.verdicts import ENFORCED, NOT_CHECKABLE, NOT_ENFORCED, Verdict, hierarchy_label
+from flux_sdexec.containment.cgroups import LEGACY, V2
+from flux_sdexec.containment.verdicts import (
+    ENFORCED,
+    NOT_CHECKABLE,
+    NOT_ENFORCED,
+    Verdict,
+    hierarchy_label,
+)
 
 DEVICE_CONSTRAINTS = ("DeviceAllow", "DevicePolicy")
 USER_MANAGER_DEVICES = "systemd's user manager does not apply device policies (systemd#23198)"

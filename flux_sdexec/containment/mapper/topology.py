@@ -9,8 +9,8 @@ module that touches libhwloc.
 import errno
 import os
 
-from flux_sdexec.mapper import _hwloc_abi as abi
-from flux_sdexec.mapper._hwloc_abi import ffi
+from flux_sdexec.containment.mapper import _hwloc_abi as abi
+from flux_sdexec.containment.mapper._hwloc_abi import ffi
 
 # hwloc "Backend" infos of OS devices flux-core counts as GPUs (rhwloc.c)
 GPU_BACKENDS = ("CUDA", "NVML", "OpenCL", "RSMI")

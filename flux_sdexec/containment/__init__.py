@@ -1,0 +1,10 @@
+"""Containment and accounting: what a unit may use, and whether the kernel enforces it.
+
+- ``lookup``: sdexec-mapper's properties merged into an exec request;
+- ``mapper/``: the sdexec-mapper module's logic (a job's R to unit properties), ``map`` its CLI;
+- ``cgroups``: where a process's cgroups are, on the three layouts;
+- ``enforcement`` (with ``limit_rules``, ``device_rules``, ``verdicts``): the post-start check;
+- ``hostlimits``: the host figures systemd scales ``N%`` limits by.
+
+All pure (stdlib only, libhwloc through cffi for the mapper); the reads are in ``adapters``.
+"""
