@@ -90,6 +90,8 @@ class SdProc:
         self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
         self.state = ProcState.STARTING  # where the process is (table.py)
         self.started_at = None  # wall-clock start (epoch s), set by the adapter; sdexec.units
+        self.usage = None  # what the unit used, read at its exit (adapters/usage.py)
+        self.slice_stopped = False  # its accounting slice was stopped
 
     def draft(self, unit=None):
         """A copy that a handler may change; ``commit()`` adopts it if the table allows.

@@ -76,6 +76,8 @@ class ActionRunner:
             self.svc.responder.respond_error(a.waiter.msg, *a.error)
         else:
             result = responses.wait_result(a.status, list(a.output))
+            if p.usage is not None:
+                result["usage"] = p.usage  # flux-core's clients read status and output only
             self.svc.responder.respond(a.waiter.msg, result)
 
     def check_containment(self, p, a):

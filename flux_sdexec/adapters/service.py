@@ -15,6 +15,7 @@ from flux_sdexec import handoff, settle, unitstate
 from flux_sdexec.adapters import adopt, cgroup
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.mapper_client import MapperLookups
+from flux_sdexec.adapters.usage import Accounting
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.outbox import Outbox
 from flux_sdexec.adapters.systemd import guard, teardown
@@ -88,6 +89,7 @@ class SdexecService:
         self.watchers = Watchers(handle, log)
         self.responder = Responder(handle, log, Outbox(handle, log, self.watchers))
         self.runner = ActionRunner(self)
+        self.accounting = Accounting(self)
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
         self.bridge.open()
         self.bus = BusWatcher(self.bridge, self.watchers, log, self._catch_up)
@@ -115,6 +117,7 @@ class SdexecService:
             actions = handle(p, event)
         except Exception as exc:  # a bug in the core: nothing was changed; fail the process
             actions = fail(p, f"{type(event).__name__}: {exc!r}")
+        self.accounting.observe(p)  # read at the exit, before the answers go out
         if len(actions) > 1:
             actions.sort(key=lambda a: not isinstance(a, SYSTEMD_CALLS))
         for action in actions:

@@ -119,6 +119,10 @@ class SdexecModule(BrokerModule):
     def units(self, msg):
         self.service.serve(msg, "units", self.requests.units, remote_ok=True)
 
+    @request_handler("usage")
+    def usage(self, msg):
+        self.service.serve(msg, "usage", self.service.accounting.answer, remote_ok=True)
+
     @request_handler("disconnect")
     def disconnect(self, msg):
         guarded(self.log, "disconnect", self.requests.disconnect)(msg)  # never answered

@@ -1,0 +1,171 @@
+"""What each unit used, read from its accounting slice, and where users find it.
+
+Every unit sdexec starts gets ``Slice=`` a slice of its own (``containment.usage``), unless
+the client chose a slice. When the process is known to have exited, the slice's cgroup
+files are read once (a few files, ~100 µs) and the record is kept on the SdProc: logged at
+debug level, answered in ``sdexec.wait`` (field ``usage``), and, for a job shell, written to
+the job's KVS directory as ``sdexec-usage.<rank>`` by this rank (one asynchronous commit
+from each rank, beside the job's other keys; ``flux job info JOBID sdexec-usage.<rank>``).
+OOM kills of a job shell's unit become a non-fatal job exception of type ``oom``. The slice
+is stopped once the unit is gone. Nothing here blocks or raises into the caller: a failed
+read or commit is logged.
+"""
+
+import json
+import os
+import socket
+import time
+
+from flux_sdexec.adapters.messages import payload_of
+from flux_sdexec.cli.unitrows import job_id
+from flux_sdexec.containment import cgroups, usage
+from flux_sdexec.properties import PREFIX
+from flux_sdexec.states import ProcState
+
+KVS_DIR = "sdexec-usage"  # in the job's KVS directory: one key per rank
+OOM_TYPE = "oom"
+
+
+class Accounting:
+    """One per SdexecService. Args: svc (its handle, rank, bridge, log), proc root."""
+
+    def __init__(self, svc, proc="/proc"):
+        self.svc, self.proc = svc, proc
+        self.host = socket.gethostname()
+        try:
+            with open(f"{proc}/self/mountinfo") as f:
+                self.mounts = cgroups.parse_mounts(f.read())
+        except OSError:
+            self.mounts = {}
+        self.layout = cgroups.layout(self.mounts)
+        self.parent = None  # app-sdexec.slice's cgroup path, learnt from the first unit seen
+        self.pending = set()  # futures of commits and exceptions in flight
+
+    def slice_property(self, unit, opts):
+        """The ``Slice`` property that gives ``unit`` its accounting slice (none if the
+        client set one: then nothing is read)."""
+        if PREFIX + "Slice" in opts:
+            return []
+        return [("Slice", "s", usage.accounting_slice(unit))]
+
+    def observe(self, p):
+        """After each input of ``p``: learn its slice, read it at exit, stop it when done."""
+        if p.usage is None and not p.cmd.opts.get(PREFIX + "Slice"):
+            if self.parent is None and p.unit.pid:
+                self._learn(p.unit.pid, p.unit.name)
+            if p.unit.finished and self.parent is not None:
+                try:
+                    self._finished(p)
+                except Exception as exc:  # never in the way of the exec's own answers
+                    self.svc.log.error(f"{p.unit.name}: usage: {exc!r}")
+        if p.state is ProcState.DONE and p.unit.gone and not p.slice_stopped:
+            p.slice_stopped = True  # a unit let go while active keeps its slice: not stopped
+            if not p.cmd.opts.get(PREFIX + "Slice"):
+                self._stop_slice(usage.accounting_slice(p.unit.name))
+
+    def answer(self, msg):
+        """``sdexec.usage {"jobid"?: f58plain}``: the records of this rank's job shells (all
+        processes without ``jobid``), read now for the running ones."""
+        want = payload_of(msg, "usage").get("jobid")
+        procs = []
+        for p in list(self.svc.registry):
+            plain = job_id(p.cmd.label) or job_id(p.unit.name)
+            if want is not None and plain != want:
+                continue
+            rec = p.usage if p.usage is not None or self.parent is None else self._record(p)
+            entry = {"unit": p.unit.name, "jobid": plain, "running": p.usage is None}
+            procs.append(dict(rec or {}, **entry))
+        self.svc.responder.respond(msg, {"rank": self.svc.rank, "host": self.host, "procs": procs})
+
+    # ---- reads ----
+
+    def _learn(self, pid, unit):
+        try:
+            with open(f"{self.proc}/{pid}/cgroup") as f:
+                paths = cgroups.parse_proc_cgroup(f.read())
+        except OSError:
+            return  # gone already: the next unit tells
+        for hierarchy in (cgroups.V2, "name=systemd"):
+            own = cgroups.unit_dir(paths.get(hierarchy), unit)
+            if own is not None:
+                self.parent = os.path.dirname(os.path.dirname(own))
+                return
+
+    def _dir(self, p):
+        return f"{self.parent}/{usage.accounting_slice(p.unit.name)}"
+
+    def _read(self, directory):
+        def read(hierarchy, name):
+            where = self.mounts.get(hierarchy)
+            if where is None:
+                return None
+            mount, root = where
+            rel = (
+                directory[len(root) :] if root != "/" and directory.startswith(root) else directory
+            )
+            try:
+                with open(f"{mount}{rel}/{name}") as f:
+                    return f.read()
+            except OSError:
+                return None
+
+        return read
+
+    def _record(self, p):
+        wall = time.time() - p.started_at if p.started_at else None
+        u = p.unit
+        if not u.finished:
+            return usage.record(self.layout, self._read(self._dir(p)), wall, None, None)
+        result = u.result or "success"
+        return usage.record(self.layout, self._read(self._dir(p)), wall, result, u.wait_status)
+
+    def _finished(self, p):
+        p.usage = self._record(p)
+        self.svc.log.debug(f"{p.unit.name}: usage {json.dumps(p.usage, sort_keys=True)}")
+        plain = job_id(p.cmd.label) or job_id(p.unit.name)
+        if plain is not None:
+            self._to_job(p, plain)
+
+    # ---- the job's record and exception ----
+
+    def _to_job(self, p, plain):
+        import flux.kvs
+        from flux.job import JobID, job_raise_async
+
+        jobid = JobID(plain)
+        rec = dict(p.usage, rank=self.svc.rank, host=self.host, unit=p.unit.name)
+        txn = flux.kvs.KVSTxn(self.svc.h, f"job.{jobid.dothex}.{KVS_DIR}")
+        txn.put(str(self.svc.rank), rec)
+        self._hold(flux.kvs.commit_async(self.svc.h, _kvstxn=txn), f"{p.unit.name}: usage")
+        kills = p.usage.get("oom_kills")
+        if kills:
+            limit = p.cmd.opts.get(PREFIX + "MemoryMax") or "none set by sdexec"
+            note = (
+                f"rank {self.svc.rank} ({self.host}): {kills} task(s) killed by the OOM "
+                f"killer, MemoryMax={limit}"
+            )
+            future = job_raise_async(self.svc.h, jobid, OOM_TYPE, 1, note)
+            self._hold(future, f"{p.unit.name}: oom exception")
+
+    def _hold(self, future, what):
+        """Keep ``future`` until it is fulfilled; log its error."""
+
+        def done(f):
+            self.pending.discard(f)
+            try:
+                f.get()
+            except OSError as exc:
+                self.svc.log.error(f"{what}: {exc.strerror or exc}")
+
+        self.pending.add(future)
+        future.then(done)
+
+    def _stop_slice(self, name):
+        def on_reply(exc):
+            if exc is not None:
+                self.svc.log.debug(f"stop {name}: {exc}")
+
+        try:
+            self.svc.bridge.stop_unit(name, on_reply=on_reply)
+        except Exception as exc:
+            self.svc.log.debug(f"stop {name}: {exc!r}")

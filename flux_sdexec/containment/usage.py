@@ -1,0 +1,116 @@
+"""What a unit used, from the text of its accounting slice's cgroup files. Pure: stdlib only.
+
+A unit's own cgroup is gone the moment its last process exits, before sdexec hears of
+the exit, and systemd 252 keeps no figures for it on the hybrid layout. So every unit sdexec
+starts runs in a slice of its own (``accounting_slice``), which outlives it until sdexec
+stops it: a parent cgroup keeps what its removed children used (unified ``cpu.stat``,
+v2 ``memory.peak``, ``memory.events``, ``pids.peak``; v1 ``memory.max_usage_in_bytes``,
+``pids.peak``). v1 counts an OOM kill only in the victim's own memory cgroup
+(``memory.oom_control``), which is removed with the unit: it is ``null`` there with the
+reason, never a made-up number.
+
+``read(hierarchy, name)`` gives the text of file ``name`` in the slice's cgroup on
+``hierarchy`` (``"v2"`` or a v1 controller, as in ``cgroups``), None when unreadable.
+"""
+
+from flux_sdexec.containment.cgroups import LEGACY, V2
+
+FIELDS = ("cpu_user_s", "cpu_sys_s", "memory_peak", "tasks_peak", "oom_kills")
+PARENT_SLICE = "app-sdexec.slice"  # every accounting slice's parent, in app.slice
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.")
+
+
+def accounting_slice(unit):
+    """The slice of unit ``unit`` alone: ``app-sdexec-<unit, escaped>.slice``.
+
+    A ``-`` in a slice name means nesting, so the unit's name is escaped as systemd
+    escapes it (``\\x2d``); the slice sits in ``app-sdexec.slice``, in ``app.slice``.
+    """
+    base = unit[: -len(".service")] if unit.endswith(".service") else unit
+    escaped = "".join(c if c in _PLAIN else "\\x%02x" % ord(c) for c in base)
+    return f"app-sdexec-{escaped}.slice"
+
+
+def _keyed(text):
+    """``{key: int}`` from ``key value`` lines (cpu.stat, memory.events, oom_control)."""
+    out = {}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def _number(text):
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _cpu(read, layout, figures, why):
+    if layout != LEGACY:
+        stat = _keyed(read(V2, "cpu.stat"))
+        if "user_usec" in stat and "system_usec" in stat:
+            figures["cpu_user_s"] = stat["user_usec"] / 1e6
+            figures["cpu_sys_s"] = stat["system_usec"] / 1e6
+            return
+    user, system = (_number(read("cpuacct", f"cpuacct.usage_{k}")) for k in ("user", "sys"))
+    if user is not None and system is not None:
+        figures["cpu_user_s"], figures["cpu_sys_s"] = user / 1e9, system / 1e9
+        return
+    why["cpu_user_s"] = why["cpu_sys_s"] = f"{layout}: no cpu.stat for the slice"
+
+
+def _memory(read, layout, controllers, figures, why):
+    if "memory" in controllers:
+        figures["memory_peak"] = _number(read(V2, "memory.peak"))
+        events = _keyed(read(V2, "memory.events"))
+        figures["oom_kills"] = events.get("oom_kill")
+        if figures["memory_peak"] is None:
+            why["memory_peak"] = f"{layout}: v2 memory.peak unreadable (kernel older than 5.19?)"
+        if figures["oom_kills"] is None:
+            why["oom_kills"] = f"{layout}: v2 memory.events unreadable"
+        return
+    peak = _number(read("memory", "memory.max_usage_in_bytes"))
+    if peak is None:
+        why["memory_peak"] = why["oom_kills"] = (
+            f"{layout}: the unit has no memory cgroup of its own "
+            "(no memory controller for this manager's units)"
+        )
+        return
+    figures["memory_peak"] = peak
+    why["oom_kills"] = (
+        f"{layout}: cgroup v1 counts OOM kills only in the unit's own memory cgroup, "
+        "removed with the unit"
+    )
+
+
+def _tasks(read, controllers, layout, figures, why):
+    where = V2 if "pids" in controllers else "pids"
+    figures["tasks_peak"] = _number(read(where, "pids.peak"))
+    if figures["tasks_peak"] is None:
+        why["tasks_peak"] = f"{layout}: no pids.peak (pids controller absent or kernel < 6.1)"
+
+
+def figures(layout, read):
+    """``(figures, reasons)``: FIELDS from the slice's files; each None one has a reason.
+
+    CPU in seconds (user, system), memory in bytes (what the kernel charged: anonymous
+    memory and the page cache the unit's processes touched), tasks a count.
+    """
+    out = dict.fromkeys(FIELDS)
+    why = {}
+    controllers = set() if layout == LEGACY else set((read(V2, "cgroup.controllers") or "").split())
+    _cpu(read, layout, out, why)
+    _memory(read, layout, controllers, out, why)
+    _tasks(read, controllers, layout, out, why)
+    return out, why
+
+
+def record(layout, read, wall_s, result, status):
+    """The usage record of one unit: figures, wall time, systemd's Result, wait status."""
+    out, why = figures(layout, read)
+    out.update(wall_s=round(wall_s, 3) if wall_s is not None else None, result=result)
+    out["status"] = status
+    if why:
+        out["null_reasons"] = why
+    return out
