@@ -8,7 +8,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ("status", "units", "map", "upgrade")
+SUBCOMMANDS = ("status", "units", "usage", "map", "upgrade")
 
 
 def parser():
