@@ -16,14 +16,19 @@ import os
 import socket
 import time
 
-from flux_sdexec.adapters.messages import payload_of
 from flux_sdexec.cli.unitrows import job_id
 from flux_sdexec.containment import cgroups, usage
 from flux_sdexec.properties import PREFIX
 from flux_sdexec.states import ProcState
 
+MEMORY_LIMITS = ("MemoryMax", "MemoryHigh", "MemorySwapMax", "MemoryLow", "MemoryMin")
 KVS_DIR = "sdexec-usage"  # in the job's KVS directory: one key per rank
 OOM_TYPE = "oom"
+
+
+def _base(name):
+    """A property's name without the ``Scale`` of its N% form."""
+    return name[: -len("Scale")] if name.endswith("Scale") else name
 
 
 class Accounting:
@@ -38,15 +43,43 @@ class Accounting:
         except OSError:
             self.mounts = {}
         self.layout = cgroups.layout(self.mounts)
+        self.v1_memory = self.layout != cgroups.UNIFIED and "memory" in self.mounts
         self.parent = None  # app-sdexec.slice's cgroup path, learnt from the first unit seen
         self.pending = set()  # futures of commits and exceptions in flight
 
-    def slice_property(self, unit, opts):
-        """The ``Slice`` property that gives ``unit`` its accounting slice (none if the
-        client set one: then nothing is read)."""
+    def place(self, unit, props, opts):
+        """``props`` of ``unit`` with its accounting slice (unchanged if the client chose a
+        slice: then nothing is read).
+
+        With the memory controller on cgroup v1, the unit gets no memory cgroup of its own
+        (``MemoryAccounting=no``): its processes are charged to the slice's, which then
+        counts their OOM kills (v1 counts them only in the victim's memory cgroup) and
+        outlives them. Its memory limits go to the slice, started as a transient unit just
+        before it (one more call, on the same connection, so systemd has it first).
+        """
         if PREFIX + "Slice" in opts:
-            return []
-        return [("Slice", "s", usage.accounting_slice(unit))]
+            return props
+        name = usage.accounting_slice(unit)
+        if not self.v1_oom_at_slice(opts):
+            return props + [("Slice", "s", name)]
+        limits = [t for t in props if _base(t[0]) in MEMORY_LIMITS]
+        if limits:
+            self.svc.bridge.start_transient_unit(
+                name, [("MemoryAccounting", "b", True)] + limits, on_reply=self._slice_started(name)
+            )
+        rest = [t for t in props if t not in limits]
+        return rest + [("Slice", "s", name), ("MemoryAccounting", "b", False)]
+
+    def v1_oom_at_slice(self, opts):
+        """Whether a unit's memory is charged to its slice (v1 memory controller)."""
+        return self.v1_memory and PREFIX + "MemoryAccounting" not in opts
+
+    def _slice_started(self, name):
+        def on_reply(exc):
+            if exc is not None:  # the post-start check sees the limits missing
+                self.svc.log.error(f"start {name}: {exc}")
+
+        return on_reply
 
     def observe(self, p):
         """After each input of ``p``: learn its slice, read it at exit, stop it when done."""
@@ -66,6 +99,8 @@ class Accounting:
     def answer(self, msg):
         """``sdexec.usage {"jobid"?: f58plain}``: the records of this rank's job shells (all
         processes without ``jobid``), read now for the running ones."""
+        from flux_sdexec.adapters.messages import payload_of  # flux's: not in the unit tier
+
         want = payload_of(msg, "usage").get("jobid")
         procs = []
         for p in list(self.svc.registry):
@@ -114,10 +149,10 @@ class Accounting:
     def _record(self, p):
         wall = time.time() - p.started_at if p.started_at else None
         u = p.unit
+        read, at_slice = self._read(self._dir(p)), self.v1_oom_at_slice(p.cmd.opts)
         if not u.finished:
-            return usage.record(self.layout, self._read(self._dir(p)), wall, None, None)
-        result = u.result or "success"
-        return usage.record(self.layout, self._read(self._dir(p)), wall, result, u.wait_status)
+            return usage.record(self.layout, read, at_slice, wall, None, None)
+        return usage.record(self.layout, read, at_slice, wall, u.result or "success", u.wait_status)
 
     def _finished(self, p):
         p.usage = self._record(p)
@@ -129,7 +164,7 @@ class Accounting:
     # ---- the job's record and exception ----
 
     def _to_job(self, p, plain):
-        import flux.kvs
+        import flux.kvs  # flux's: not in the unit tier
         from flux.job import JobID, job_raise_async
 
         jobid = JobID(plain)

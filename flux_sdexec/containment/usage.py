@@ -60,7 +60,7 @@ def _cpu(read, layout, figures, why):
     why["cpu_user_s"] = why["cpu_sys_s"] = f"{layout}: no cpu.stat for the slice"
 
 
-def _memory(read, layout, controllers, figures, why):
+def _memory(read, layout, controllers, v1_oom_at_slice, figures, why):
     if "memory" in controllers:
         figures["memory_peak"] = _number(read(V2, "memory.peak"))
         events = _keyed(read(V2, "memory.events"))
@@ -78,10 +78,13 @@ def _memory(read, layout, controllers, figures, why):
         )
         return
     figures["memory_peak"] = peak
-    why["oom_kills"] = (
-        f"{layout}: cgroup v1 counts OOM kills only in the unit's own memory cgroup, "
-        "removed with the unit"
-    )
+    if v1_oom_at_slice:
+        figures["oom_kills"] = _keyed(read("memory", "memory.oom_control")).get("oom_kill")
+    if figures["oom_kills"] is None:
+        why["oom_kills"] = (
+            f"{layout}: cgroup v1 counts OOM kills only in the unit's own memory cgroup, "
+            "removed with the unit"
+        )
 
 
 def _tasks(read, controllers, layout, figures, why):
@@ -91,8 +94,11 @@ def _tasks(read, controllers, layout, figures, why):
         why["tasks_peak"] = f"{layout}: no pids.peak (pids controller absent or kernel < 6.1)"
 
 
-def figures(layout, read):
+def figures(layout, read, v1_oom_at_slice=False):
     """``(figures, reasons)``: FIELDS from the slice's files; each None one has a reason.
+
+    ``v1_oom_at_slice``: the unit had no v1 memory cgroup of its own, so its processes'
+    OOM kills were counted in the slice's (``adapters/usage.py`` arranges it).
 
     CPU in seconds (user, system), memory in bytes (what the kernel charged: anonymous
     memory and the page cache the unit's processes touched), tasks a count.
@@ -101,14 +107,14 @@ def figures(layout, read):
     why = {}
     controllers = set() if layout == LEGACY else set((read(V2, "cgroup.controllers") or "").split())
     _cpu(read, layout, out, why)
-    _memory(read, layout, controllers, out, why)
+    _memory(read, layout, controllers, v1_oom_at_slice, out, why)
     _tasks(read, controllers, layout, out, why)
     return out, why
 
 
-def record(layout, read, wall_s, result, status):
+def record(layout, read, v1_oom_at_slice, wall_s, result, status):
     """The usage record of one unit: figures, wall time, systemd's Result, wait status."""
-    out, why = figures(layout, read)
+    out, why = figures(layout, read, v1_oom_at_slice)
     out.update(wall_s=round(wall_s, 3) if wall_s is not None else None, result=result)
     out["status"] = status
     if why:
