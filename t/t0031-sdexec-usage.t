@@ -1,0 +1,141 @@
+#!/bin/sh
+
+test_description='what each job used and why it died: flux sdexec usage, OOM kills
+
+Two brokers, [exec] service = "sdexec". Each job shell runs in a slice of its own, read at its
+exit: a 2 s CPU burn reports user CPU within 5% of /usr/bin/time -f %U of the same command
+outside Flux, a 300 MB bytearray peak memory within 10% of %M (where the layout gives peak
+memory), a 2-node job two rows and a total, a running job rising CPU; the raw record is
+flux job info JOBID sdexec-usage.RANK. Under MemoryMax=50M a 200 MB job prints the oom
+exception (rank, count, limit) and reports oom_kills >= 1 and a peak near 50M; a job whose
+child is OOM-killed but exits 0 stays successful. flux exec --service sdexec: the figures at
+debug level in flux dmesg and in the sdexec.wait answer. No unit or slice is left.'
+
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
+
+sdexec_extra_config exec.toml <<-EOF
+	[exec]
+	service = "sdexec"
+	EOF
+
+sdexec_under_flux 2 jobs
+. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
+
+export FLUX_EXEC_PATH_PREPEND="$SDEXEC_SRCDIR/cmd"
+BURN="x = 0
+for i in range(43000000): x += i"
+HOLD="b = bytearray(300 << 20)"  # zero-filled: every page touched
+
+# usage_of ID RANK FIELD: one figure of a rank's record, raw (null if none).
+usage_of() {
+	flux job info "$1" sdexec-usage.$2 | jq -r ".$3"
+}
+# within A B PERCENT: A is within PERCENT% of B.
+within() {
+	echo "$1 $2 $3" | awk "{d = \$1 - \$2; if (d < 0) d = -d; exit !(d <= \$2 * \$3 / 100)}"
+}
+
+test_expect_success 'a job records every figure of its rank in the job KVS directory' '
+	id=$(flux submit python3 -c "$BURN") &&
+	flux job wait-event -t $T $id clean &&
+	flux job info $id sdexec-usage.0 >rec.json &&
+	test_debug "cat rec.json" &&
+	jq -e ".rank == 0 and .result == \"success\" and .status == 0 and .wall_s > 0" rec.json &&
+	jq -e ".cpu_user_s > 0 and .tasks_peak >= 1" rec.json &&
+	jq -e "(.memory_peak != null) or (.null_reasons.memory_peak | length > 0)" rec.json
+'
+test_expect_success 'user CPU of a 2 s burn is within 5% of /usr/bin/time -f %U' '
+	/usr/bin/time -f %U -o time.out python3 -c "$BURN" &&
+	id=$(flux submit python3 -c "$BURN") &&
+	flux job wait-event -t $T $id clean &&
+	cpu=$(usage_of $id 0 cpu_user_s) &&
+	echo "time %U $(cat time.out), sdexec $cpu" &&
+	within "$cpu" "$(cat time.out)" 5
+'
+test_expect_success 'peak memory of a 300 MB bytearray is within 10% of %M (or null, why)' '
+	/usr/bin/time -f %M -o rss.out python3 -c "$HOLD" &&
+	id=$(flux submit python3 -c "$HOLD") &&
+	flux job wait-event -t $T $id clean &&
+	peak=$(usage_of $id 0 memory_peak) &&
+	echo "time %M $(cat rss.out) KiB, sdexec $peak bytes" &&
+	if test "$peak" = null; then
+		usage_of $id 0 null_reasons.memory_peak | grep .
+	else
+		within $((peak / 1024)) "$(cat rss.out)" 10
+	fi
+'
+test_expect_success 'a 2-node job shows two rows and a total; -o json agrees' '
+	id=$(flux submit -N2 python3 -c "$BURN") &&
+	flux job wait-event -t $T $id clean &&
+	flux sdexec usage $id >two.out &&
+	test_debug "cat two.out" &&
+	test "$(awk "\$2 ~ /^[01]\$/ {print \$2}" two.out | tr "\n" " ")" = "0 1 " &&
+	grep " total " two.out &&
+	flux sdexec usage -o json $id >two.json &&
+	jq -e ".[] | (.ranks | length) == 2 and .total.ranks == 2" two.json &&
+	jq -e ".[] | .total.cpu_user_s == ([.ranks[].cpu_user_s] | add)" two.json
+'
+test_expect_success 'a running job shows rising CPU figures' '
+	id=$(flux submit python3 -c "import time
+t = time.time()
+while time.time() - t < 30: pass") &&
+	flux job wait-event -t $T -p exec $id shell.start &&
+	flux sdexec usage -o json $id | jq -e ".[].ranks[0].result == null" &&
+	first=$(flux sdexec usage -o json $id | jq ".[].total.cpu_user_s") &&
+	rising() {
+		now=$(flux sdexec usage -o json $id | jq ".[].total.cpu_user_s") &&
+		echo "$now $first" | awk "{exit !(\$1 >= \$2 + 0.5)}"
+	} &&
+	sdexec_wait_until rising &&
+	flux sdexec usage $id | grep running &&
+	flux cancel $id
+'
+test_expect_success 'a job with no record: exit 1, said on stderr' '
+	test_expect_code 1 flux sdexec usage 12345 2>none.err &&
+	grep "no usage record" none.err
+'
+test_expect_success 'flux exec --service sdexec: figures in dmesg (debug) and sdexec.wait' '
+	flux exec -r 0 --service sdexec --bg --waitable --label=use1 python3 -c "$BURN" &&
+	flux python -c "import flux, json
+print(json.dumps(flux.Flux().rpc(\"sdexec.wait\", {\"pid\": -1, \"label\": \"use1\"}).get()))" \
+		>wait.json &&
+	test_debug "cat wait.json" &&
+	jq -e ".status == 0 and .usage.cpu_user_s > 0 and .usage.result == \"success\"" wait.json &&
+	flux dmesg | grep "sdexec.debug.*use1.*usage {"
+'
+test_expect_success 'under MemoryMax=50M: a 200 MB job prints the oom exception' '
+	sdexec_set_config oom "[exec.sdexec-properties]
+MemoryMax = \"50M\"" &&
+	test_expect_code 137 flux run python3 -c "bytearray(200 << 20)" 2>oom.err &&
+	test_debug "cat oom.err" &&
+	grep "type=oom severity=1 rank 0 (.*): 1 task(s) killed by the OOM killer, MemoryMax=50M" \
+		oom.err
+'
+test_expect_success 'flux sdexec usage shows oom_kills >= 1 and a peak near 50M' '
+	id=$(flux job last) &&
+	flux job wait-event -t $T $id clean &&
+	flux sdexec usage $id &&
+	flux sdexec usage -o json $id >oom.json &&
+	jq -e ".[].total.oom_kills >= 1" oom.json &&
+	jq -e ".[].ranks[0].memory_peak | . > 45000000 and . <= 52428800" oom.json
+'
+test_expect_success 'a job whose child is OOM-killed but which exits 0 stays successful' '
+	flux run sh -c "python3 -c \"bytearray(200 << 20)\"; exit 0" 2>child.err &&
+	id=$(flux job last) &&
+	grep "type=oom" child.err &&
+	flux job wait-event -t $T $id clean &&
+	flux jobs -no "{result}" $id | grep -x COMPLETED &&
+	test $(usage_of $id 0 oom_kills) -ge 1 &&
+	sdexec_set_config oom
+'
+# left_of: the units and accounting slices of this test's jobs systemd still has.
+left_of() {
+	for id in $(flux jobs -a -no "{id.f58plain}"); do
+		systemctl --user list-units --all --no-legend "shell-*-$id.service" \
+			"app-sdexec-shell*$id.slice"
+	done
+}
+test_expect_success 'no unit and no accounting slice of these jobs is left' '
+	sdexec_wait_until test -z "$(left_of)"
+'
+test_done
