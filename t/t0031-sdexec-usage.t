@@ -111,13 +111,13 @@ MemoryMax = \"50M\"" &&
 	grep "type=oom severity=1 rank 0 (.*): 1 task(s) killed by the OOM killer, MemoryMax=50M" \
 		oom.err
 '
-test_expect_success 'flux sdexec usage shows oom_kills >= 1 and a peak near 50M' '
+test_expect_success 'flux sdexec usage shows oom_kills >= 1 and a peak within 10% of 50M' '
 	id=$(flux job last) &&
 	flux job wait-event -t $T $id clean &&
 	flux sdexec usage $id &&
 	flux sdexec usage -o json $id >oom.json &&
 	jq -e ".[].total.oom_kills >= 1" oom.json &&
-	jq -e ".[].ranks[0].memory_peak | . > 45000000 and . <= 52428800" oom.json
+	jq -e ".[].ranks[0].memory_peak | . > 47185920 and . < 57671680" oom.json
 '
 test_expect_success 'a job whose child is OOM-killed but which exits 0 stays successful' '
 	flux run sh -c "python3 -c \"bytearray(200 << 20)\"; exit 0" 2>child.err &&

@@ -217,3 +217,4 @@ class SdexecService:
             self.log.error(f"unload: {exc}")
         self.bridge.close()
         self.responder.outbox.close()
+        self.accounting.close()

@@ -16,25 +16,20 @@ import os
 import socket
 import time
 
+from flux_sdexec.adapters.kmsg import OomLog
 from flux_sdexec.cli.unitrows import job_id
 from flux_sdexec.containment import cgroups, usage
 from flux_sdexec.properties import PREFIX
 from flux_sdexec.states import ProcState
 
-MEMORY_LIMITS = ("MemoryMax", "MemoryHigh", "MemorySwapMax", "MemoryLow", "MemoryMin")
 KVS_DIR = "sdexec-usage"  # in the job's KVS directory: one key per rank
 OOM_TYPE = "oom"
-
-
-def _base(name):
-    """A property's name without the ``Scale`` of its N% form."""
-    return name[: -len("Scale")] if name.endswith("Scale") else name
 
 
 class Accounting:
     """One per SdexecService. Args: svc (its handle, rank, bridge, log), proc root."""
 
-    def __init__(self, svc, proc="/proc"):
+    def __init__(self, svc, proc="/proc", kmsg="/dev/kmsg"):
         self.svc, self.proc = svc, proc
         self.host = socket.gethostname()
         try:
@@ -44,42 +39,16 @@ class Accounting:
             self.mounts = {}
         self.layout = cgroups.layout(self.mounts)
         self.v1_memory = self.layout != cgroups.UNIFIED and "memory" in self.mounts
+        self.oom_log = OomLog.open(kmsg) if self.v1_memory else None
         self.parent = None  # app-sdexec.slice's cgroup path, learnt from the first unit seen
         self.pending = set()  # futures of commits and exceptions in flight
 
     def place(self, unit, props, opts):
         """``props`` of ``unit`` with its accounting slice (unchanged if the client chose a
-        slice: then nothing is read).
-
-        With the memory controller on cgroup v1, the unit gets no memory cgroup of its own
-        (``MemoryAccounting=no``): its processes are charged to the slice's, which then
-        counts their OOM kills (v1 counts them only in the victim's memory cgroup) and
-        outlives them. Its memory limits go to the slice, started as a transient unit just
-        before it (one more call, on the same connection, so systemd has it first).
-        """
+        slice: then nothing is read)."""
         if PREFIX + "Slice" in opts:
             return props
-        name = usage.accounting_slice(unit)
-        if not self.v1_oom_at_slice(opts):
-            return props + [("Slice", "s", name)]
-        limits = [t for t in props if _base(t[0]) in MEMORY_LIMITS]
-        if limits:
-            self.svc.bridge.start_transient_unit(
-                name, [("MemoryAccounting", "b", True)] + limits, on_reply=self._slice_started(name)
-            )
-        rest = [t for t in props if t not in limits]
-        return rest + [("Slice", "s", name), ("MemoryAccounting", "b", False)]
-
-    def v1_oom_at_slice(self, opts):
-        """Whether a unit's memory is charged to its slice (v1 memory controller)."""
-        return self.v1_memory and PREFIX + "MemoryAccounting" not in opts
-
-    def _slice_started(self, name):
-        def on_reply(exc):
-            if exc is not None:  # the post-start check sees the limits missing
-                self.svc.log.error(f"start {name}: {exc}")
-
-        return on_reply
+        return props + [("Slice", "s", usage.accounting_slice(unit))]
 
     def observe(self, p):
         """After each input of ``p``: learn its slice, read it at exit, stop it when done."""
@@ -149,10 +118,17 @@ class Accounting:
     def _record(self, p):
         wall = time.time() - p.started_at if p.started_at else None
         u = p.unit
-        read, at_slice = self._read(self._dir(p)), self.v1_oom_at_slice(p.cmd.opts)
+        read, name = self._read(self._dir(p)), usage.accounting_slice(p.unit.name)
         if not u.finished:
-            return usage.record(self.layout, read, at_slice, wall, None, None)
-        return usage.record(self.layout, read, at_slice, wall, u.result or "success", u.wait_status)
+            kills = self.oom_log.peek(name) if self.oom_log else None
+            return usage.record(self.layout, read, kills, wall, None, None)
+        kills = self.oom_log.take(name) if self.oom_log else None
+        return usage.record(self.layout, read, kills, wall, u.result or "success", u.wait_status)
+
+    def close(self):
+        """Close /dev/kmsg (at unload)."""
+        if self.oom_log is not None:
+            self.oom_log.close()
 
     def _finished(self, p):
         p.usage = self._record(p)

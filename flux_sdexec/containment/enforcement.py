@@ -47,7 +47,6 @@ from flux_sdexec.containment.device_rules import (
     devices,
     is_multiuser_unit,
 )
-from flux_sdexec.containment.usage import accounting_slice
 from flux_sdexec.containment.limit_rules import FILES, V1_RULES, V2_RULES, v1_memory_high
 from flux_sdexec.properties import PREFIX
 from flux_sdexec.containment.verdicts import (
@@ -163,25 +162,13 @@ class _Unit:
         self._v2 = None
 
     def own(self, hierarchy):
-        """The unit's cgroup path when it has a cgroup of its own in ``hierarchy``, else None.
-
-        On a v1 memory hierarchy, a unit in its accounting slice has none: it is charged to
-        the slice's, which holds its memory limits (``adapters/usage.py``).
-        """
+        """The unit's cgroup path when it has a cgroup of its own in ``hierarchy``, else None."""
         if hierarchy not in self._own:
             there = self.path is not None and hierarchy in self.cg.paths
-            path = self.path
-            if there and self.cg.read(hierarchy, path, "cgroup.procs") is None:
-                path = self._slice() if hierarchy == "memory" else None
-                there = (
-                    path is not None and self.cg.read(hierarchy, path, "cgroup.procs") is not None
-                )
-            self._own[hierarchy] = path if there else None
+            if there and self.cg.read(hierarchy, self.path, "cgroup.procs") is None:
+                there = False
+            self._own[hierarchy] = self.path if there else None
         return self._own[hierarchy]
-
-    def _slice(self):
-        parent = self.path.rsplit("/", 1)[0]
-        return parent if parent.endswith("/" + accounting_slice(self.name)) else None
 
     def read(self, hierarchy, name):
         directory = self.own(hierarchy)

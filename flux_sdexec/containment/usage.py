@@ -6,12 +6,15 @@ starts runs in a slice of its own (``accounting_slice``), which outlives it unti
 stops it: a parent cgroup keeps what its removed children used (unified ``cpu.stat``,
 v2 ``memory.peak``, ``memory.events``, ``pids.peak``; v1 ``memory.max_usage_in_bytes``,
 ``pids.peak``). v1 counts an OOM kill only in the victim's own memory cgroup
-(``memory.oom_control``), which is removed with the unit: it is ``null`` there with the
-reason, never a made-up number.
+(``memory.oom_control``), which is removed with the unit; there, the kills are counted from
+the kernel's one ``oom-kill:`` log line per kill, whose ``task_memcg=`` names the victim's
+cgroup (``oom_kill_slice``), or are ``null`` with the reason, never a made-up number.
 
 ``read(hierarchy, name)`` gives the text of file ``name`` in the slice's cgroup on
 ``hierarchy`` (``"v2"`` or a v1 controller, as in ``cgroups``), None when unreadable.
 """
+
+import re
 
 from flux_sdexec.containment.cgroups import LEGACY, V2
 
@@ -60,7 +63,23 @@ def _cpu(read, layout, figures, why):
     why["cpu_user_s"] = why["cpu_sys_s"] = f"{layout}: no cpu.stat for the slice"
 
 
-def _memory(read, layout, controllers, v1_oom_at_slice, figures, why):
+def oom_kill_slice(record):
+    """The accounting slice a /dev/kmsg ``oom-kill:`` record names as the victim's cgroup's
+    (``task_memcg=``), or None for any other record. /dev/kmsg writes ``\\`` and
+    unprintable bytes as ``\\xNN``."""
+    _, _, text = record.partition(";")
+    if not text.startswith("oom-kill:"):
+        return None
+    text = re.sub(r"\\x([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), text.split("\n")[0])
+    for field in text.split(","):
+        if field.startswith("task_memcg="):
+            for part in field[len("task_memcg=") :].strip().split("/"):
+                if part.startswith("app-sdexec-") and part.endswith(".slice"):
+                    return part
+    return None
+
+
+def _memory(read, layout, controllers, v1_oom_kills, figures, why):
     if "memory" in controllers:
         figures["memory_peak"] = _number(read(V2, "memory.peak"))
         events = _keyed(read(V2, "memory.events"))
@@ -78,12 +97,11 @@ def _memory(read, layout, controllers, v1_oom_at_slice, figures, why):
         )
         return
     figures["memory_peak"] = peak
-    if v1_oom_at_slice:
-        figures["oom_kills"] = _keyed(read("memory", "memory.oom_control")).get("oom_kill")
-    if figures["oom_kills"] is None:
+    figures["oom_kills"] = v1_oom_kills
+    if v1_oom_kills is None:
         why["oom_kills"] = (
             f"{layout}: cgroup v1 counts OOM kills only in the unit's own memory cgroup, "
-            "removed with the unit"
+            "removed with the unit, and the kernel log (/dev/kmsg) is not readable"
         )
 
 
@@ -94,11 +112,10 @@ def _tasks(read, controllers, layout, figures, why):
         why["tasks_peak"] = f"{layout}: no pids.peak (pids controller absent or kernel < 6.1)"
 
 
-def figures(layout, read, v1_oom_at_slice=False):
+def figures(layout, read, v1_oom_kills=None):
     """``(figures, reasons)``: FIELDS from the slice's files; each None one has a reason.
 
-    ``v1_oom_at_slice``: the unit had no v1 memory cgroup of its own, so its processes'
-    OOM kills were counted in the slice's (``adapters/usage.py`` arranges it).
+    ``v1_oom_kills``: the kernel log's count of the unit's OOM kills (v1 memory), or None.
 
     CPU in seconds (user, system), memory in bytes (what the kernel charged: anonymous
     memory and the page cache the unit's processes touched), tasks a count.
@@ -107,14 +124,14 @@ def figures(layout, read, v1_oom_at_slice=False):
     why = {}
     controllers = set() if layout == LEGACY else set((read(V2, "cgroup.controllers") or "").split())
     _cpu(read, layout, out, why)
-    _memory(read, layout, controllers, v1_oom_at_slice, out, why)
+    _memory(read, layout, controllers, v1_oom_kills, out, why)
     _tasks(read, controllers, layout, out, why)
     return out, why
 
 
-def record(layout, read, v1_oom_at_slice, wall_s, result, status):
+def record(layout, read, v1_oom_kills, wall_s, result, status):
     """The usage record of one unit: figures, wall time, systemd's Result, wait status."""
-    out, why = figures(layout, read, v1_oom_at_slice)
+    out, why = figures(layout, read, v1_oom_kills)
     out.update(wall_s=round(wall_s, 3) if wall_s is not None else None, result=result)
     out["status"] = status
     if why:

@@ -5,13 +5,13 @@ is gone (the files and formats of Linux 6.x); the adapter's reader finds them th
 mountinfo naming the mounts, as on a real host. The hybrid tree is this test machine.
 """
 
+import socket
 import types
 
-import pytest
 
+from flux_sdexec.adapters.kmsg import OomLog
 from flux_sdexec.adapters.usage import Accounting
-from flux_sdexec.containment import cgroups, enforcement, usage
-from flux_sdexec.containment.enforcement import ENFORCED, NOT_ENFORCED, Host, UnitCgroups
+from flux_sdexec.containment import cgroups, usage
 
 UNIT = "shell-0-fA1:tb.service"
 SLICE = usage.accounting_slice(UNIT)
@@ -50,9 +50,9 @@ def tree(root, layout, **hierarchies):
     return str(root / "proc")
 
 
-def record(proc, opts=None):
+def record(proc, opts=None, kmsg=""):
     """The adapter's record of a finished UNIT over the tree at ``proc``."""
-    acc = Accounting(types.SimpleNamespace(), proc=proc)
+    acc = Accounting(types.SimpleNamespace(), proc=proc, kmsg=kmsg)
     acc.parent = PARENT
     unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=0)
     p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts=opts or {}), started_at=0)
@@ -90,28 +90,12 @@ def test_hybrid_reads_cpu_on_v2_memory_and_tasks_on_v1(tmp_path):
         tmp_path,
         cgroups.HYBRID,
         v2={"cgroup.controllers": "\n", "cpu.stat": CPU_STAT},
-        memory={
-            "memory.max_usage_in_bytes": "52690944\n",
-            "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
-        },
+        memory={"memory.max_usage_in_bytes": "52690944\n"},
         pids={"pids.peak": "7\n"},
     )
     rec = record(proc)
     assert (rec["cpu_user_s"], rec["memory_peak"], rec["tasks_peak"]) == (2.0, 52690944, 7)
-    assert rec["oom_kills"] == 1 and "null_reasons" not in rec
-
-
-def test_hybrid_oom_kills_null_when_the_unit_had_its_own_memory_cgroup(tmp_path):
-    """The client set MemoryAccounting: the kills were counted in the unit's cgroup, gone."""
-    proc = tree(
-        tmp_path,
-        cgroups.HYBRID,
-        v2={"cpu.stat": CPU_STAT},
-        memory={"memory.max_usage_in_bytes": "4096\n", "memory.oom_control": "oom_kill 0\n"},
-    )
-    rec = record(proc, {"SDEXEC_PROP_MemoryAccounting": "yes"})
-    assert rec["oom_kills"] is None
-    assert "removed with the unit" in rec["null_reasons"]["oom_kills"]
+    assert list(rec["null_reasons"]) == ["oom_kills"]  # no kernel log here: see below
 
 
 def test_hybrid_non_root_manager_has_no_memory_figures(tmp_path):
@@ -129,15 +113,10 @@ def test_legacy_reads_cpuacct(tmp_path):
         tmp_path,
         cgroups.LEGACY,
         cpuacct={"cpuacct.usage_user": "1500000000\n", "cpuacct.usage_sys": "250000000\n"},
-        memory={"memory.max_usage_in_bytes": "8192\n", "memory.oom_control": "oom_kill 0\n"},
+        memory={"memory.max_usage_in_bytes": "8192\n"},
     )
     rec = record(proc)
-    assert (rec["cpu_user_s"], rec["cpu_sys_s"], rec["memory_peak"], rec["oom_kills"]) == (
-        1.5,
-        0.25,
-        8192,
-        0,
-    )
+    assert (rec["cpu_user_s"], rec["cpu_sys_s"], rec["memory_peak"]) == (1.5, 0.25, 8192)
 
 
 def test_no_slice_left_is_all_null_with_reasons(tmp_path):
@@ -146,60 +125,57 @@ def test_no_slice_left_is_all_null_with_reasons(tmp_path):
     assert set(rec["null_reasons"]) == set(usage.FIELDS)
 
 
-class FakeBridge:
-    def __init__(self):
-        self.starts = []
-
-    def start_transient_unit(self, unit, props, on_reply=None):
-        self.starts.append((unit, props))
-
-
-@pytest.mark.parametrize("layout", [cgroups.UNIFIED, cgroups.HYBRID])
-def test_place_moves_memory_limits_to_the_slice_on_v1_only(tmp_path, layout):
-    svc = types.SimpleNamespace(bridge=FakeBridge())
-    acc = Accounting(svc, proc=tree(tmp_path, layout))
-    props = [("ExecStart", "a(sasb)", []), ("MemoryMax", "t", 50 << 20), ("TasksMax", "t", 9)]
-    out = acc.place(UNIT, props, {"SDEXEC_PROP_MemoryMax": "50M"})
-    if layout == cgroups.UNIFIED:
-        assert out == props + [("Slice", "s", SLICE)] and svc.bridge.starts == []
-        return
-    assert out == [props[0], props[2], ("Slice", "s", SLICE), ("MemoryAccounting", "b", False)]
-    assert svc.bridge.starts == [(SLICE, [("MemoryAccounting", "b", True), props[1]])]
+KMSG_OOM = (
+    "6,2286,1855756565,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,"
+    "mems_allowed=0,oom_memcg=/app.slice/app-sdexec.slice/app-sdexec-shell\\x5cx2d0.slice/"
+    "shell-0.service,task_memcg=/app.slice/app-sdexec.slice/app-sdexec-shell\\x5cx2d0.slice/"
+    "shell-0.service,task=python3,pid=14008,uid=0\n"
+)
 
 
-def test_place_leaves_a_client_slice_alone(tmp_path):
-    svc = types.SimpleNamespace(bridge=FakeBridge())
-    acc = Accounting(svc, proc=tree(tmp_path, cgroups.HYBRID))
+def test_oom_kill_record_names_the_victims_accounting_slice():
+    """/dev/kmsg escapes the backslash of systemd's \\x2d as \\x5c."""
+    assert usage.oom_kill_slice(KMSG_OOM) == "app-sdexec-shell\\x2d0.slice"
+    assert usage.oom_kill_slice(KMSG_OOM.replace("app-sdexec-", "app-other-")) is None
+    assert usage.oom_kill_slice("6,2287,1855756581,-;Memory cgroup out of memory: Killed") is None
+
+
+def test_kernel_log_counts_kills_per_slice_and_forgets_them_once_taken():
+    """One count per oom-kill record, read without blocking; other records are ignored."""
+    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ours.setblocking(False)
+    oom = OomLog(ours.detach())
+    name = "app-sdexec-shell\\x2d0.slice"
+    for record in (KMSG_OOM, "6,1,2,-;Memory cgroup out of memory: Killed process 1\n", KMSG_OOM):
+        kernel.send(record.encode())
+    assert oom.take(name) == 2
+    assert oom.take(name) == 0
+    oom.close()
+    kernel.close()
+    assert OomLog.open("/nonexistent/kmsg").take(name) is None
+
+
+def test_hybrid_oom_kills_come_from_the_kernel_log(tmp_path):
+    proc = tree(tmp_path, cgroups.HYBRID, memory={"memory.max_usage_in_bytes": "52690944\n"})
+    acc = Accounting(types.SimpleNamespace(), proc=proc, kmsg=str(tmp_path / "absent"))
+    acc.parent = PARENT
+    unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=9)
+    p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0)
+    rec = acc._record(p)
+    assert rec["oom_kills"] is None and "/dev/kmsg" in rec["null_reasons"]["oom_kills"]
+
+    class Log:
+        fd = 1
+
+        def take(self, name):
+            return 2 if name == SLICE else 0
+
+    acc.oom_log = Log()
+    assert acc._record(p)["oom_kills"] == 2
+
+
+def test_place_adds_the_accounting_slice(tmp_path):
+    acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.HYBRID), kmsg="")
     props = [("MemoryMax", "t", 1 << 20)]
+    assert acc.place(UNIT, props, {}) == props + [("Slice", "s", SLICE)]
     assert acc.place(UNIT, props, {"SDEXEC_PROP_Slice": "x.slice"}) == props
-
-
-def _v1_memory_check(slice_name, limit):
-    """The MemoryMax verdict of a hybrid unit with no memory cgroup of its own, in
-    ``slice_name``, whose memory cgroup holds ``limit``."""
-    unit_path = f"{PARENT}/{slice_name}/{UNIT}"
-    slice_path = f"{PARENT}/{slice_name}"
-    files = {
-        ("v2", unit_path, "cgroup.procs"): "42\n",
-        ("v2", unit_path, "cgroup.controllers"): "\n",
-        ("memory", slice_path, "cgroup.procs"): "",
-        ("memory", slice_path, "memory.limit_in_bytes"): f"{limit}\n",
-    }
-    cg = UnitCgroups(
-        cgroups.HYBRID,
-        {"v2": unit_path, "memory": slice_path},
-        lambda h, d, n: files.get((h, d, n)),
-    )
-    [verdict] = enforcement.check({"MemoryMax": "50M"}, cg, UNIT, Host(mem_total=1 << 34))
-    return verdict
-
-
-def test_check_finds_a_v1_memory_limit_on_the_accounting_slice():
-    verdict = _v1_memory_check(SLICE, 50 << 20)
-    assert verdict.outcome == ENFORCED, verdict.reason
-
-
-def test_check_does_not_take_another_parent_for_the_unit():
-    verdict = _v1_memory_check("app-other.slice", 50 << 20)
-    assert verdict.outcome == NOT_ENFORCED
-    assert "no v1 memory cgroup" in verdict.reason
