@@ -22,7 +22,10 @@ from flux_sdexec.containment import cgroups, usage
 from flux_sdexec.properties import PREFIX
 from flux_sdexec.states import ProcState
 
-KVS_DIR = "sdexec-usage"  # in the job's KVS directory: one key per rank
+KVS_DIR = "sdexec-usage"
+UNKNOWN_PARENT = (
+    "where the accounting slices are is not known yet (no unit's process seen alive since load)"
+)
 OOM_TYPE = "oom"
 
 
@@ -46,24 +49,32 @@ class Accounting:
     def place(self, unit, props, opts):
         """``props`` of ``unit`` with its accounting slice (unchanged if the client chose a
         slice: then nothing is read)."""
-        if PREFIX + "Slice" in opts:
-            return props
-        return props + [("Slice", "s", usage.accounting_slice(unit))]
+        name = None if PREFIX + "Slice" in opts else usage.accounting_slice(unit)
+        return props if name is None else props + [("Slice", "s", name)]
 
     def observe(self, p):
-        """After each input of ``p``: learn its slice, read it at exit, stop it when done."""
-        if p.usage is None and not p.cmd.opts.get(PREFIX + "Slice"):
+        """After each input of ``p``: learn where slices are, read ``p``'s at its exit, stop
+        it once the unit is gone (a unit let go while active keeps its slice)."""
+        name = self._slice(p)
+        if name is None:
+            return
+        if p.usage is None:
             if self.parent is None and p.unit.pid:
                 self._learn(p.unit.pid, p.unit.name)
-            if p.unit.finished and self.parent is not None:
+            if p.unit.finished:
                 try:
                     self._finished(p)
                 except Exception as exc:  # never in the way of the exec's own answers
                     self.svc.log.error(f"{p.unit.name}: usage: {exc!r}")
         if p.state is ProcState.DONE and p.unit.gone and not p.slice_stopped:
-            p.slice_stopped = True  # a unit let go while active keeps its slice: not stopped
-            if not p.cmd.opts.get(PREFIX + "Slice"):
-                self._stop_slice(usage.accounting_slice(p.unit.name))
+            p.slice_stopped = True
+            self._stop_slice(name)
+
+    def _slice(self, p):
+        """``p``'s accounting slice, None if it has none."""
+        if PREFIX + "Slice" in p.cmd.opts:
+            return None
+        return usage.accounting_slice(p.unit.name)
 
     def answer(self, msg):
         """``sdexec.usage {"jobid"?: f58plain}``: the records of this rank's job shells (all
@@ -76,9 +87,11 @@ class Accounting:
             plain = job_id(p.cmd.label) or job_id(p.unit.name)
             if want is not None and plain != want:
                 continue
-            rec = p.usage if p.usage is not None or self.parent is None else self._record(p)
+            if self._slice(p) is None:
+                continue
+            rec = p.usage if p.usage is not None else self._record(p)
             entry = {"unit": p.unit.name, "jobid": plain, "running": p.usage is None}
-            procs.append(dict(rec or {}, **entry))
+            procs.append(dict(rec, **entry))
         self.svc.responder.respond(msg, {"rank": self.svc.rank, "host": self.host, "procs": procs})
 
     # ---- reads ----
@@ -94,9 +107,6 @@ class Accounting:
             if own is not None:
                 self.parent = os.path.dirname(os.path.dirname(own))
                 return
-
-    def _dir(self, p):
-        return f"{self.parent}/{usage.accounting_slice(p.unit.name)}"
 
     def _read(self, directory):
         def read(hierarchy, name):
@@ -118,12 +128,15 @@ class Accounting:
     def _record(self, p):
         wall = time.time() - p.started_at if p.started_at else None
         u = p.unit
-        read, name = self._read(self._dir(p)), usage.accounting_slice(p.unit.name)
+        name = self._slice(p)
+        read = self._read(f"{self.parent}/{name}")
+        missing = None if self.parent is not None else UNKNOWN_PARENT
         if not u.finished:
             kills = self.oom_log.peek(name) if self.oom_log else None
-            return usage.record(self.layout, read, kills, wall, None, None)
+            return usage.record(self.layout, read, kills, wall, None, None, missing)
         kills = self.oom_log.take(name) if self.oom_log else None
-        return usage.record(self.layout, read, kills, wall, u.result or "success", u.wait_status)
+        result, status = u.result or "success", u.wait_status
+        return usage.record(self.layout, read, kills, wall, result, status, missing)
 
     def close(self):
         """Close /dev/kmsg (at unload)."""

@@ -20,18 +20,21 @@ from flux_sdexec.containment.cgroups import LEGACY, V2
 
 FIELDS = ("cpu_user_s", "cpu_sys_s", "memory_peak", "tasks_peak", "oom_kills")
 PARENT_SLICE = "app-sdexec.slice"  # every accounting slice's parent, in app.slice
+UNIT_NAME_MAX = 255  # systemd's longest unit name
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.")
 
 
 def accounting_slice(unit):
-    """The slice of unit ``unit`` alone: ``app-sdexec-<unit, escaped>.slice``.
+    """The slice of unit ``unit`` alone: ``app-sdexec-<unit, escaped>.slice``, or None when
+    that name would be longer than systemd allows (the unit then runs without one).
 
     A ``-`` in a slice name means nesting, so the unit's name is escaped as systemd
     escapes it (``\\x2d``); the slice sits in ``app-sdexec.slice``, in ``app.slice``.
     """
     base = unit[: -len(".service")] if unit.endswith(".service") else unit
     escaped = "".join(c if c in _PLAIN else "\\x%02x" % ord(c) for c in base)
-    return f"app-sdexec-{escaped}.slice"
+    name = f"app-sdexec-{escaped}.slice"
+    return name if len(name) <= UNIT_NAME_MAX else None
 
 
 def _keyed(text):
@@ -129,9 +132,15 @@ def figures(layout, read, v1_oom_kills=None):
     return out, why
 
 
-def record(layout, read, v1_oom_kills, wall_s, result, status):
-    """The usage record of one unit: figures, wall time, systemd's Result, wait status."""
-    out, why = figures(layout, read, v1_oom_kills)
+def record(layout, read, v1_oom_kills, wall_s, result, status, missing=None):
+    """The usage record of one unit: figures, wall time, systemd's Result, wait status.
+
+    ``missing``: why the slice could not be read at all (every figure null for it).
+    """
+    if missing is not None:
+        out, why = dict.fromkeys(FIELDS), dict.fromkeys(FIELDS, missing)
+    else:
+        out, why = figures(layout, read, v1_oom_kills)
     out.update(wall_s=round(wall_s, 3) if wall_s is not None else None, result=result)
     out["status"] = status
     if why:

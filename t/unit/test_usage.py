@@ -64,6 +64,25 @@ def test_slice_name_escapes_what_systemd_reads_as_nesting():
     assert usage.accounting_slice("a b/c") == "app-sdexec-a\\x20b\\x2fc.slice"
 
 
+def test_a_unit_whose_slice_name_would_be_too_long_gets_none(tmp_path):
+    long = "x" * 240 + ".service"
+    assert usage.accounting_slice(long) is None
+    acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.HYBRID), kmsg="")
+    assert acc.place(long, [("Type", "s", "exec")], {}) == [("Type", "s", "exec")]
+
+
+def test_before_any_slice_was_located_every_figure_is_null_with_the_reason(tmp_path):
+    acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
+    unit = types.SimpleNamespace(name=UNIT, finished=True, result="signal", wait_status=9)
+    p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0)
+    rec = acc._record(p)
+    assert all(rec[f] is None for f in usage.FIELDS) and rec["result"] == "signal"
+    assert set(rec["null_reasons"].values()) == {
+        "where the accounting slices are is not known "
+        "yet (no unit's process seen alive since load)"
+    }
+
+
 def test_unified_gives_every_figure(tmp_path):
     files = {
         "cgroup.controllers": "cpu memory pids\n",

@@ -1,0 +1,33 @@
+"""Per-unit cost of the usage read at a unit's exit: ``Accounting._record`` (the cgroup
+files of one accounting slice, and the kernel log on v1) on this machine's layout, timed
+over the parent slice sdexec's units share (the same files as a unit's own slice).
+
+    python3 bench/usage_read.py [N]      (after any sdexec job made app-sdexec.slice)
+"""
+
+import sys
+import time
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from flux_sdexec.adapters.usage import Accounting  # noqa: E402
+
+
+def main(n=2000):
+    acc = Accounting(types.SimpleNamespace())
+    acc.parent = "/app.slice"
+    unit = types.SimpleNamespace(name="sdexec.service", finished=True, result=None, wait_status=0)
+    p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=time.time())
+    acc._slice = lambda p: "app-sdexec.slice"
+    rec = acc._record(p)
+    start = time.perf_counter()
+    for _ in range(n):
+        acc._record(p)
+    per = (time.perf_counter() - start) / n * 1e6
+    print(f"layout {acc.layout}: {per:.0f} us per read ({n} reads); record: {rec}")
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:]))
