@@ -44,12 +44,15 @@ test_expect_success 'a job records every figure of its rank in the job KVS direc
 	jq -e ".cpu_user_s > 0 and .tasks_peak >= 1" rec.json &&
 	jq -e "(.memory_peak != null) or (.null_reasons.memory_peak | length > 0)" rec.json
 '
+# On this shared 2-core machine the user CPU of one command varies by up to ~7% between runs
+# (contention), so the figure is checked against /usr/bin/time of the same run, inside the
+# job; the run outside Flux is printed beside it.
 test_expect_success 'user CPU of a 2 s burn is within 5% of /usr/bin/time -f %U' '
-	/usr/bin/time -f %U -o time.out python3 -c "$BURN" &&
-	id=$(flux submit python3 -c "$BURN") &&
+	/usr/bin/time -f %U -o time-outside.out python3 -c "$BURN" &&
+	id=$(flux submit --cwd="$PWD" /usr/bin/time -f %U -o time.out python3 -c "$BURN") &&
 	flux job wait-event -t $T $id clean &&
 	cpu=$(usage_of $id 0 cpu_user_s) &&
-	echo "time %U $(cat time.out), sdexec $cpu" &&
+	echo "time %U $(cat time.out) (outside Flux $(cat time-outside.out)), sdexec $cpu" &&
 	within "$cpu" "$(cat time.out)" 5
 '
 test_expect_success 'peak memory of a 300 MB bytearray is within 10% of %M (or null, why)' '
@@ -73,7 +76,7 @@ test_expect_success 'a 2-node job shows two rows and a total; -o json agrees' '
 	grep " total " two.out &&
 	flux sdexec usage -o json $id >two.json &&
 	jq -e ".[] | (.ranks | length) == 2 and .total.ranks == 2" two.json &&
-	jq -e ".[] | .total.cpu_user_s == ([.ranks[].cpu_user_s] | add)" two.json
+	jq -e ".[] | .total.cpu_user_s - ([.ranks[].cpu_user_s] | add) | fabs < 0.00001" two.json
 '
 test_expect_success 'a running job shows rising CPU figures' '
 	id=$(flux submit python3 -c "import time
@@ -94,8 +97,14 @@ test_expect_success 'a job with no record: exit 1, said on stderr' '
 	test_expect_code 1 flux sdexec usage 12345 2>none.err &&
 	grep "no usage record" none.err
 '
+# zombie LABEL: sdexec holds the exit status of waitable process LABEL (a wait sent now is
+# answered at once, and the record goes with it).
+zombie() {
+	flux sproc ps --service sdexec | grep -E "^ *[0-9]+ +Z +$1 "
+}
 test_expect_success 'flux exec --service sdexec: figures in dmesg (debug) and sdexec.wait' '
 	flux exec -r 0 --service sdexec --bg --waitable --label=use1 python3 -c "$BURN" &&
+	sdexec_wait_until zombie use1 &&
 	flux python -c "import flux, json
 print(json.dumps(flux.Flux().rpc(\"sdexec.wait\", {\"pid\": -1, \"label\": \"use1\"}).get()))" \
 		>wait.json &&
@@ -128,12 +137,14 @@ test_expect_success 'a job whose child is OOM-killed but which exits 0 stays suc
 	test $(usage_of $id 0 oom_kills) -ge 1 &&
 	sdexec_set_config oom
 '
-# left_of: the units and accounting slices of this test's jobs systemd still has.
+# left_of: the units and accounting slices of this test's jobs and processes systemd still has.
 left_of() {
 	for id in $(flux jobs -a -no "{id.f58plain}"); do
 		systemctl --user list-units --all --no-legend "shell-*-$id.service" \
 			"app-sdexec-shell*$id.slice"
 	done
+	systemctl --user list-units --all --no-legend "*:$SDEXEC_INSTANCE.service" \
+		"app-sdexec-*:$SDEXEC_INSTANCE.slice"
 }
 test_expect_success 'no unit and no accounting slice of these jobs is left' '
 	sdexec_wait_until test -z "$(left_of)"

@@ -2,7 +2,7 @@
 
 Every unit sdexec starts gets ``Slice=`` a slice of its own (``containment.usage``), unless
 the client chose a slice. When the process is known to have exited, the slice's cgroup
-files are read once (a few files, ~100 µs) and the record is kept on the SdProc: logged at
+files are read once (5-7 small files: ~50 µs here) and the record is kept on the SdProc: logged at
 debug level, answered in ``sdexec.wait`` (field ``usage``), and, for a job shell, written to
 the job's KVS directory as ``sdexec-usage.<rank>`` by this rank (one asynchronous commit
 from each rank, beside the job's other keys; ``flux job info JOBID sdexec-usage.<rank>``).
@@ -54,7 +54,9 @@ class Accounting:
 
     def observe(self, p):
         """After each input of ``p``: learn where slices are, read ``p``'s at its exit, stop
-        it once the unit is gone (a unit let go while active keeps its slice)."""
+        it once sdexec is done with a unit that is gone or asked to stop or be reset (a unit
+        let go while active, kept for the next sdexec or abandoned, keeps its slice: the
+        sdexec that stops it later stops the slice)."""
         name = self._slice(p)
         if name is None:
             return
@@ -66,7 +68,8 @@ class Accounting:
                     self._finished(p)
                 except Exception as exc:  # never in the way of the exec's own answers
                     self.svc.log.error(f"{p.unit.name}: usage: {exc!r}")
-        if p.state is ProcState.DONE and p.unit.gone and not p.slice_stopped:
+        going = p.unit.gone or p.stop_sent or p.reset_sent
+        if p.state is ProcState.DONE and going and not p.slice_stopped:
             p.slice_stopped = True
             self._stop_slice(name)
 
@@ -163,10 +166,10 @@ class Accounting:
         self._hold(flux.kvs.commit_async(self.svc.h, _kvstxn=txn), f"{p.unit.name}: usage")
         kills = p.usage.get("oom_kills")
         if kills:
-            limit = p.cmd.opts.get(PREFIX + "MemoryMax") or "none set by sdexec"
+            limit = p.cmd.opts.get(PREFIX + "MemoryMax")
             note = (
                 f"rank {self.svc.rank} ({self.host}): {kills} task(s) killed by the OOM "
-                f"killer, MemoryMax={limit}"
+                f"killer, " + (f"MemoryMax={limit}" if limit else "no MemoryMax set")
             )
             future = job_raise_async(self.svc.h, jobid, OOM_TYPE, 1, note)
             self._hold(future, f"{p.unit.name}: oom exception")

@@ -8,10 +8,13 @@ mountinfo naming the mounts, as on a real host. The hybrid tree is this test mac
 import socket
 import types
 
+import pytest
+
 
 from flux_sdexec.adapters.kmsg import OomLog
 from flux_sdexec.adapters.usage import Accounting
 from flux_sdexec.containment import cgroups, usage
+from flux_sdexec.states import ProcState
 
 UNIT = "shell-0-fA1:tb.service"
 SLICE = usage.accounting_slice(UNIT)
@@ -198,3 +201,41 @@ def test_place_adds_the_accounting_slice(tmp_path):
     props = [("MemoryMax", "t", 1 << 20)]
     assert acc.place(UNIT, props, {}) == props + [("Slice", "s", SLICE)]
     assert acc.place(UNIT, props, {"SDEXEC_PROP_Slice": "x.slice"}) == props
+
+
+class Stops:
+    def __init__(self):
+        self.stopped = []
+
+    def stop_unit(self, name, on_reply=None):
+        self.stopped.append(name)
+
+
+@pytest.mark.parametrize(
+    "gone, stop_sent, reset_sent, opts, stopped",
+    [
+        (True, False, False, {}, True),  # the unit went
+        (False, True, False, {}, True),  # sdexec stopped it (a waitable after its wait)
+        (False, False, True, {}, True),  # sdexec reset it
+        (False, False, False, {}, False),  # let go active: kept for the next sdexec, abandoned
+        (True, False, False, {"SDEXEC_PROP_Slice": "x.slice"}, False),  # the client's slice
+    ],
+)
+def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
+    tmp_path, gone, stop_sent, reset_sent, opts, stopped
+):
+    svc = types.SimpleNamespace(bridge=Stops())
+    acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
+    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone)
+    p = types.SimpleNamespace(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts=opts, label=None),
+        usage=None,
+        state=ProcState.DONE,
+        stop_sent=stop_sent,
+        reset_sent=reset_sent,
+        slice_stopped=False,
+    )
+    acc.observe(p)
+    acc.observe(p)  # once only
+    assert svc.bridge.stopped == ([SLICE] if stopped else [])
