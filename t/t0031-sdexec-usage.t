@@ -137,6 +137,33 @@ test_expect_success 'a job whose child is OOM-killed but which exits 0 stays suc
 	test $(usage_of $id 0 oom_kills) -ge 1 &&
 	sdexec_set_config oom
 '
+test_expect_success 'a waitable kept across an sdexec reload: the next sdexec stops its slice' '
+	flux exec -r 0 --service sdexec --bg --waitable --label=kept sleep 300 &&
+	slice="app-sdexec-kept\\x2d0:$SDEXEC_INSTANCE.slice" &&
+	systemctl --user is-active "$slice" &&
+	flux module reload $SDEXEC_MODULE &&
+	systemctl --user is-active "$slice" &&
+	flux sproc kill --service sdexec 9 kept &&
+	test_expect_code 137 flux sproc wait --service sdexec kept &&
+	sdexec_wait_until test inactive = "$(systemctl --user is-active "$slice")"
+'
+test_expect_success 'sdexec removed for good: the guard stops the kept units and their slices' '
+	cat >forgood.sh <<-EOT &&
+	flux exec --service sdexec -r 0 --bg --waitable --label=kept sleep 300
+	flux dmesg | sed -n "s/.*units named <label>:\\(.*\\)\\.service (glob.*/\\1/p" \
+		| head -1 >forgood.instance
+	flux module remove sdexec
+	systemctl --user is-active "app-sdexec-kept:\$(cat forgood.instance).slice" >forgood.kept
+	EOT
+	flux start --test-size=1 --config-path="$SDEXEC_CONF_DIR" sh -e forgood.sh &&
+	test_debug "cat forgood.instance forgood.kept" &&
+	test "$(cat forgood.kept)" = active &&
+	gone() {
+		test inactive = "$(systemctl --user is-active \
+			"app-sdexec-kept:$(cat forgood.instance).slice")"
+	} &&
+	sdexec_wait_until gone
+'
 # left_of: the units and accounting slices of this test's jobs and processes systemd still has.
 left_of() {
 	for id in $(flux jobs -a -no "{id.f58plain}"); do

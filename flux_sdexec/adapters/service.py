@@ -193,6 +193,7 @@ class SdexecService:
             broker_state: the local broker's state-machine state, None when unknown.
         """
         keep = handoff.units_to_keep(self.registry, self.unload_policy, broker_state)
+        slices = self.accounting.slices(p for p in self.registry if p.unit.name in keep)
         if not handoff.instance_stays(self.unload_policy, broker_state) and len(self.registry):
             self.log.info(
                 f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
@@ -211,7 +212,7 @@ class SdexecService:
                 teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
             left = [u for u in swept if u not in units]
             if keep and self.broker_pid is not None:
-                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep)
+                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices)
             teardown.see_units_gone(self.bridge, self.log, units + left)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")

@@ -73,6 +73,11 @@ class Accounting:
             p.slice_stopped = True
             self._stop_slice(name)
 
+    def slices(self, procs):
+        """The accounting slices of ``procs`` (the guard of handed-over units stops them too,
+        should no sdexec take the units over)."""
+        return {name for name in map(self._slice, procs) if name is not None}
+
     def _slice(self, p):
         """``p``'s accounting slice, None if it has none."""
         if PREFIX + "Slice" in p.cmd.opts:
