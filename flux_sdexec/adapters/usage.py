@@ -57,21 +57,21 @@ class Accounting:
         it once sdexec is done with a unit that is gone or asked to stop or be reset (a unit
         let go while active, kept for the next sdexec or abandoned, keeps its slice: the
         sdexec that stops it later stops the slice)."""
-        name = self._slice(p)
-        if name is None:
-            return
-        if p.usage is None:
-            if self.parent is None and p.unit.pid:
-                self._learn(p.unit.pid, p.unit.name)
-            if p.unit.finished:
-                try:
+        try:
+            name = self._slice(p)
+            if name is None:
+                return
+            if p.usage is None:
+                if self.parent is None and p.unit.pid:
+                    self._learn(p.unit.pid, p.unit.name)
+                if p.unit.finished:
                     self._finished(p)
-                except Exception as exc:  # never in the way of the exec's own answers
-                    self.svc.log.error(f"{p.unit.name}: usage: {exc!r}")
-        going = p.unit.gone or p.stop_sent or p.reset_sent
-        if p.state is ProcState.DONE and going and not p.slice_stopped:
-            p.slice_stopped = True
-            self._stop_slice(name)
+            going = p.unit.gone or p.stop_sent or p.reset_sent
+            if p.state is ProcState.DONE and going and not p.slice_stopped:
+                p.slice_stopped = True
+                self._stop_slice(name)
+        except Exception as exc:  # never in the way of the exec's own answers
+            self.svc.log.error(f"{p.unit.name}: usage: {exc!r}")
 
     def slices(self, procs):
         """The accounting slices of ``procs`` (the guard of handed-over units stops them too,
