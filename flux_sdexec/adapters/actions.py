@@ -100,7 +100,8 @@ class ActionRunner:
                 channel.io.close()
 
     def stop_unit(self, p, a):
-        self.quietly(p, "stop", self.svc.bridge.stop_unit, p.unit.name)
+        # "replace" cancels a start job still queued, where "fail" is refused
+        self.quietly(p, "stop", self.svc.bridge.stop_unit, p.unit.name, mode="replace")
 
     def reset_failed_unit(self, p, a):
         self.quietly(p, "reset-failed", self.svc.bridge.reset_failed_unit, p.unit.name)
