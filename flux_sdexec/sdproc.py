@@ -122,7 +122,7 @@ class SdProc:
         ``final``: nothing will watch the unit after this (unload), so a start job still
         queued must be cancelled now; otherwise its run is watched and then stopped.
         """
-        queued = final and self.start_sent and not self.unit.left_inactive
+        queued = final and not self.unit.left_inactive
         call = forget_call(self.unit.active_state, queued)
         if call == "reset-failed" and not self.reset_sent:
             self.reset_sent = True

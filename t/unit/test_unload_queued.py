@@ -22,7 +22,6 @@ QUEUED = UnitChanged({"ActiveState": "inactive", "SubState": "dead"})
 def taken(*events):
     """A foreground exec whose StartTransientUnit systemd took, then ``events``."""
     p = new(unit=UNIT)
-    p.start_sent = True  # as the exec handler marks it
     feed(p, *events)
     return p
 

@@ -98,6 +98,7 @@ class _Driver:
         self.destroy()
 
     def destroy(self):
+        self._on_late = None  # nothing is late once the driver is over
         self.calls.live.discard(self)
         self.calls._forget_start(self)
         if self._timer is not None:
