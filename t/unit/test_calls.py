@@ -169,3 +169,14 @@ def test_close_answers_every_call_not_settled_and_stops_every_timer(sd):
     assert watchers.armed() == [] and calls.live == set() and calls.waiting == set()
     calls.reconnected()
     assert bridge.pending == []
+
+
+def test_a_start_refused_while_sending_leaves_no_record_behind(sd):
+    """sd-bus refuses a value (UnitError at once): the exec is answered from inside start(),
+    and started() has run before start() returns; the start must not be recorded after it."""
+    bridge, watchers, _, calls = sd
+    bridge.refuse_next(UnitError(errno.EINVAL, "Invalid argument"))
+    caller = Caller()
+    calls.start(UNIT, PROPS, lambda e: (caller.on_done(e), calls.started(UNIT)), caller.on_late)
+    assert caller.answers == [(errno.EINVAL, "Invalid argument")]
+    assert calls._starts == {} and calls.live == set() and watchers.armed() == []
