@@ -148,7 +148,7 @@ class DrainOutput:
 
 @dataclass(frozen=True)
 class StopUnit:
-    """StopUnit(unit, "fail")."""
+    """StopUnit(unit, "replace"): cancels a start job still queued."""
 
 
 @dataclass(frozen=True)

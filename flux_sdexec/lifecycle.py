@@ -197,7 +197,7 @@ def unloading(p, event, out):
         what = f"{p.unit.name} ({p.unit.state}, pid {p.pid})"
         out.append(Log(syslog.LOG_INFO, f"left running for the next sdexec: {what}"))
     else:
-        out += p.forget()  # the adapter sees the stop through within a grace period
+        out += p.forget(final=True)  # the adapter sees the stop through within a grace period
     return S.DONE
 
 

@@ -116,9 +116,14 @@ class SdProc:
         self.output_started = True
         return [StartOutput()]
 
-    def forget(self):
-        """The next call that makes systemd forget the unit, by unitstate's one policy."""
-        call = forget_call(self.unit.active_state)
+    def forget(self, final=False):
+        """The next call that makes systemd forget the unit, by unitstate's one policy.
+
+        ``final``: nothing will watch the unit after this (unload), so a start job still
+        queued must be cancelled now; otherwise its run is watched and then stopped.
+        """
+        queued = final and not self.unit.left_inactive
+        call = forget_call(self.unit.active_state, queued)
         if call == "reset-failed" and not self.reset_sent:
             self.reset_sent = True
             return [ResetFailedUnit()]

@@ -14,16 +14,18 @@ EXEC_FAILURE_STATUSES = range(200, 244)  # systemd's EXIT_* codes (203 = EXIT_EX
 CLD_EXITED, CLD_KILLED = 1, 2  # ExecMainCode; CLD_DUMPED (3) is reported like an exit
 
 
-def forget_call(active_state):
+def forget_call(active_state, queued=False):
     """The one policy for making systemd forget a loaded unit: the call due in ``active_state``.
 
     A failed unit stays loaded until ResetFailedUnit. An active (or activating) one must
     be stopped first, and may then end failed and need the reset; a deactivating one is on
-    its way. Returns "reset-failed", "stop" or None.
+    its way. An inactive one is gone, unless its start job may still be ``queued`` (it has
+    not run since its start was taken): StopUnit in mode "replace" cancels that job, where
+    nothing sent would let it run later. Returns "reset-failed", "stop" or None.
     """
     if active_state == "failed":
         return "reset-failed"
-    if active_state in ("active", "activating", "reloading"):
+    if active_state in ("active", "activating", "reloading") or queued:
         return "stop"
     return None
 
