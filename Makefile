@@ -13,12 +13,13 @@ MODULE_DIR ?= $(PREFIX)/libexec/flux-sdexec
 FLUX_CMD_DIR ?= $(shell (flux config builtin --installed exec_path 2>/dev/null || \
 	pkg-config --variable=fluxcmddir flux-core 2>/dev/null) | cut -d: -f1)
 SHARNESS_TESTS := $(sort $(wildcard t/t[0-9]*.t))
-# flux-security, then flux-core (configured with FLUX_PYTHON and --with-flux-security), from
-# release tarballs; flux-core's build tree (FLUX_CORE_BUILD, default
-# /var/tmp/flux-sdexec/<tarball name>) serves check-upstream.
+# flux-security, then flux-core (configured with --with-flux-security and FLUX_PYTHON when
+# given, else /usr/bin/python3: not the interpreter of a flux-core already there), from release
+# tarballs; flux-core's build tree (FLUX_CORE_BUILD, default /var/tmp/flux-sdexec/<tarball
+# name>) serves check-upstream.
 FLUX_SECURITY_TARBALL ?=
 FLUX_CORE_TARBALL ?=
-export PYTHON FLUX_PYTHON FLUX_CORE_TARBALL FLUX_SECURITY_TARBALL
+export PYTHON FLUX_CORE_TARBALL FLUX_SECURITY_TARBALL
 
 # Debian packages: systemd and the test tools; our module's Python dependencies for the
 # distribution's python3 (flux's interpreter: pystemd, cffi, and what flux's own commands
