@@ -27,12 +27,13 @@ need_module() {
     esac
 }
 # world_runnable PATH: every user can reach and run PATH (no mode-700 home on the way)
+others_x() { (( 0$(stat -c %a "$1") & 1 )); }
 world_runnable() {
     local p
     p=$(readlink -f "$1") || return 1
-    [ "$(stat -c %A "$p" | cut -c10)" = x ] || return 1
+    others_x "$p" || return 1
     while p=$(dirname "$p") && [ "$p" != / ]; do
-        [ "$(stat -c %A "$p" | cut -c10)" = x ] || return 1
+        others_x "$p" || return 1
     done
 }
 
