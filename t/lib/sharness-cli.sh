@@ -64,7 +64,7 @@ test_sdexec_cli() {
 				.reconnects == 0 and .adopted == 0 and .running == 0" status.json || return 1
 		done
 	'
-	test_expect_success 'map prints what python3 -m flux_sdexec.map prints, errors too' '
+	test_expect_success 'map prints what flux python -m flux_sdexec.map prints, errors too' '
 		flux sdexec map --cores 0 >map.out &&
 		flux python -m flux_sdexec.map --cores 0 >map.expected &&
 		test_cmp map.expected map.out &&
