@@ -13,6 +13,12 @@ MODULE_DIR ?= $(PREFIX)/libexec/flux-sdexec
 FLUX_CMD_DIR ?= $(shell (flux config builtin --installed exec_path 2>/dev/null || \
 	pkg-config --variable=fluxcmddir flux-core 2>/dev/null) | cut -d: -f1)
 SHARNESS_TESTS := $(sort $(wildcard t/t[0-9]*.t))
+# Man pages: reStructuredText in doc/man1 and doc/man5, built with docutils' rst2man
+# (Debian python3-docutils, PyPI docutils); installed where `man` looks under PREFIX.
+MANDIR ?= $(PREFIX)/share/man
+RST2MAN ?= rst2man
+MAN_PAGES := $(patsubst %.rst,%.1,$(wildcard doc/man1/*.rst)) \
+	$(patsubst %.rst,%.5,$(wildcard doc/man5/*.rst))
 # flux-security, then flux-core (configured with --with-flux-security and FLUX_PYTHON when
 # given, else /usr/bin/python3: not the interpreter of a flux-core already there), from release
 # tarballs; flux-core's build tree (FLUX_CORE_BUILD, default /var/tmp/flux-sdexec/<tarball
@@ -26,11 +32,11 @@ export PYTHON FLUX_CORE_TARBALL FLUX_SECURITY_TARBALL
 # import); munge, which signs jobs for flux-security's IMP.
 DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sharness perl procps \
 	libhwloc15 hwloc-nox python3 python3-pystemd python3-cffi python3-pytest python3-yaml \
-	python3-jsonschema munge
+	python3-jsonschema python3-docutils munge
 PIP_DEPS := vermin
 
 .PHONY: check check-unit check-systemd check-flux check-chaos check-upstream chaos deps \
-	flux-security flux-core install demo lint
+	flux-security flux-core install demo lint man
 
 check: check-unit check-systemd check-flux check-chaos
 
@@ -106,17 +112,32 @@ flux-security:
 flux-core: $(if $(filter flux-security,$(MAKECMDGOALS)),flux-security)
 	scripts/flux-core.sh
 
+# A warning (an unknown role, a broken table) fails the build: the pages stay clean.
+man: $(MAN_PAGES)
+
+doc/man1/%.1: doc/man1/%.rst
+	@command -v $(RST2MAN) >/dev/null || { echo "man: $(RST2MAN) not found;" \
+		"make deps (Debian python3-docutils) or pip install docutils" >&2; exit 1; }
+	$(RST2MAN) --halt=warning $< $@
+
+doc/man5/%.5: doc/man5/%.rst
+	@command -v $(RST2MAN) >/dev/null || { echo "man: $(RST2MAN) not found;" \
+		"make deps (Debian python3-docutils) or pip install docutils" >&2; exit 1; }
+	$(RST2MAN) --halt=warning $< $@
+
 # The package for flux's own Python (the broker's modules and flux's commands run under it;
 # a distribution's python3 is "externally managed": pip as root installs into /usr/local),
 # the module files, and `flux sdexec` in flux-core's command directory, asked of flux
 # itself (or pkg-config); FLUX_CMD_DIR=... overrides.
-install:
+install: man
 	@test -n "$(FLUX_CMD_DIR)" || { echo "install: cannot find flux's command directory" \
 		"(no flux on PATH, no flux-core.pc); set FLUX_CMD_DIR" >&2; exit 1; }
 	PIP_BREAK_SYSTEM_PACKAGES=1 $(FLUX_PYTHON) -m pip install --root-user-action=ignore .
 	install -D -m 0644 flux_sdexec/modules/sdexec.py $(DESTDIR)$(MODULE_DIR)/sdexec.py
 	install -D -m 0644 flux_sdexec/modules/sdexec-mapper.py $(DESTDIR)$(MODULE_DIR)/sdexec-mapper.py
 	install -D -m 0755 cmd/flux-sdexec.py $(DESTDIR)$(FLUX_CMD_DIR)/flux-sdexec.py
+	install -D -m 0644 doc/man1/flux-sdexec.1 $(DESTDIR)$(MANDIR)/man1/flux-sdexec.1
+	install -D -m 0644 doc/man5/flux-config-sdexec.5 $(DESTDIR)$(MANDIR)/man5/flux-config-sdexec.5
 
 demo:
 	@scripts/prereqs.sh flux systemd python

@@ -8,6 +8,31 @@ from flux_sdexec.errors import RequestError
 
 _PREFIX = "error reading [systemd] config table"
 
+# Every config key flux-sdexec reads, as "table.key", and the file that reads it.
+# flux-config-sdexec(5) documents each; t/unit/test_docs_drift.py checks that, and that no
+# other key is read.
+READ_KEYS = {
+    "systemd.sdexec-debug": "flux_sdexec/config.py",
+    "systemd.sdexec-unload": "flux_sdexec/config.py",
+    "sdexec.containment-check": "flux_sdexec/config.py",
+    "sdexec.systemd-timeout": "flux_sdexec/config.py",
+    "sdexec.mapper": "flux_sdexec/mapper/service.py",
+    "sdexec.mapper-searchpath": "flux_sdexec/mapper/service.py",
+    "sdexec.allowed-devices": "flux_sdexec/mapper/service.py",
+    "exec.sdexec-properties": "flux_sdexec/mapper/service.py",
+    "exec.method": "flux_sdexec/cli/upgrade.py",
+}
+# Keys flux-core reads whose meaning flux-sdexec changes or relies on (documented there too).
+FLUX_CORE_KEYS = (
+    "systemd.enable",
+    "modules.sdexec.module",
+    "modules.sdexec-mapper.module",
+    "exec.service",
+    "exec.sdexec-constrain-resources",
+    "exec.sdexec-stop-timer-sec",
+    "exec.sdexec-stop-timer-signal",
+)
+
 
 def _systemd_table(conf):
     table = conf.get("systemd", {}) if isinstance(conf, dict) else None
