@@ -32,13 +32,21 @@ export PYTHON FLUX_CORE_TARBALL FLUX_SECURITY_TARBALL
 # import); munge, which signs jobs for flux-security's IMP.
 DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sharness perl procps \
 	libhwloc15 hwloc-nox python3 python3-pystemd python3-cffi python3-pytest python3-yaml \
-	python3-jsonschema python3-docutils munge
+	python3-jsonschema python3-docutils munge curl ca-certificates
 PIP_DEPS := vermin
 
 .PHONY: check check-unit check-systemd check-flux check-chaos check-upstream chaos deps \
-	flux-security flux-core install demo lint man
+	flux-security flux-core install demo lint man setup-check
 
-check: check-unit check-systemd check-flux check-chaos
+check: setup-check check-unit check-systemd check-flux check-chaos
+
+# `make check` and `make demo` first set up what they need (scripts/setup.sh): as root on
+# Debian, what is missing is installed (make deps, then flux-security and flux-core from the
+# tarballs scripts/tarball.sh picks: FLUX_*_TARBALL, ../shared/vendor, the published URL,
+# sha256 checked), saying what and how long; otherwise nothing changes and it names the
+# commands. (`make check-unit check-systemd` run the tiers that need no flux.)
+setup-check:
+	@scripts/setup.sh python systemd sharness flux
 
 check-unit:
 	@echo "== tier: unit tests (pure core)"
@@ -140,7 +148,7 @@ install: man
 	install -D -m 0644 doc/man5/flux-config-sdexec.5 $(DESTDIR)$(MANDIR)/man5/flux-config-sdexec.5
 
 demo:
-	@scripts/prereqs.sh flux systemd python
+	@scripts/setup.sh flux systemd python
 	eval "$$(t/start-user-systemd.sh)" && t/demo.sh
 
 # black and flake8 at 100 columns; vermin checks that setup.py's python_requires (3.9)
