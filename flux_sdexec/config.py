@@ -3,7 +3,7 @@
 import errno
 import re
 
-from flux_sdexec import handoff, settle
+from flux_sdexec import handoff, orphans, settle
 from flux_sdexec.errors import RequestError
 
 _PREFIX = "error reading [systemd] config table"
@@ -16,6 +16,7 @@ READ_KEYS = {
     "systemd.sdexec-unload": "flux_sdexec/config.py",
     "sdexec.containment-check": "flux_sdexec/config.py",
     "sdexec.systemd-timeout": "flux_sdexec/config.py",
+    "sdexec.orphan-check-interval": "flux_sdexec/config.py",
     "sdexec.mapper": "flux_sdexec/mapper/service.py",
     "sdexec.mapper-searchpath": "flux_sdexec/mapper/service.py",
     "sdexec.allowed-devices": "flux_sdexec/mapper/service.py",
@@ -135,6 +136,26 @@ def systemd_timeout(conf):
         raise RequestError(
             errno.EINVAL,
             'sdexec.systemd-timeout must be a duration above zero like "5m" or "300s": '
+            f"got {value!r}",
+        )
+    return seconds
+
+
+def orphan_check_interval(conf):
+    """``sdexec.orphan-check-interval``: the longest wait, in seconds, between two queries
+    of the job of one suspect shell (default orphans.DEFAULT_INTERVAL).
+
+    Raises:
+        RequestError: EINVAL naming the key and the accepted form.
+    """
+    value = _sdexec_table(conf).get("orphan-check-interval")
+    if value is None:
+        return orphans.DEFAULT_INTERVAL
+    seconds = duration(value)
+    if seconds is None:
+        raise RequestError(
+            errno.EINVAL,
+            'sdexec.orphan-check-interval must be a duration above zero like "10s": '
             f"got {value!r}",
         )
     return seconds

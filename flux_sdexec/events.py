@@ -99,6 +99,13 @@ class Unloading:
     keep: bool = False
 
 
+@dataclass(frozen=True)
+class JobGone:
+    """The job of this job shell is inactive or unknown to the instance (orphans.py)."""
+
+    reason: str
+
+
 # ---- actions ----
 
 

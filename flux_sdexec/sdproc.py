@@ -90,6 +90,8 @@ class SdProc:
         self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
         self.state = ProcState.STARTING  # where the process is (table.py)
         self.started_at = None  # wall-clock start (epoch s), set by the adapter; sdexec.units
+        self.orphan = None  # why it is stopped: its job is over (orphans.py)
+        self.job_seen = None  # what the last query of its job said (adapter; sdexec.units)
 
     def draft(self, unit=None):
         """A copy that a handler may change; ``commit()`` adopts it if the table allows.

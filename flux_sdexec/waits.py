@@ -63,6 +63,8 @@ def retain_or_drop(p, out):
         return S.DONE
     if p.waiter is not None:
         return collect(p, out)
+    if p.orphan is not None:  # stopped because its job is over (orphans.py)
+        return release(p, out)
     if p.adopted:
         return hold(p, out, "no waiter after adoption")
     return S.ZOMBIE

@@ -50,6 +50,7 @@ def stats(svc):
         "containment": svc.containment.stats(),
         "systemd-timeout": svc.calls.budget,
         "sweeping": svc.sweeper.units(),
+        "orphans-stopped": svc.orphans.stopped,
     }
 
 
@@ -64,6 +65,8 @@ def proc_entry(p):
         "started": p.started_at,
         "background": p.cmd.background,
         "adopted": p.exec_request is None,
+        "orphan": p.orphan,
+        "job": p.job_seen,
     }
 
 

@@ -199,7 +199,8 @@ class Requests:
 
     def disconnect(self, msg):
         """RFC 6 disconnect: tell the client's processes, the ones it waits on, and the
-        ones whose status it was just answered (it may have left with it unread)."""
+        ones whose status it was just answered (it may have left with it unread); a job
+        shell left with no waiter becomes a suspect orphan (orphans.py)."""
         sender = sender_of(msg)
         registry = self.svc.registry
         self.svc.lookups.cancel(sender)
@@ -210,4 +211,5 @@ class Requests:
                 self.svc.feed(p, WaiterGone())
             if p.answered_to is not None and p.answered_to.sender == sender:
                 self.svc.feed(p, AnswerMaybeLost(registry.label_taken(p)))
+            self.svc.orphans.consider(p)  # a job shell nobody waits on: is its job over?
         self.svc.bus.pump()

@@ -11,10 +11,11 @@ before a start), ``teardown`` (unload).
 import errno
 import json
 
-from flux_sdexec import handoff, settle, unitstate
+from flux_sdexec import handoff, orphans, settle, unitstate
 from flux_sdexec.adapters import adopt, cgroup
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.mapper_client import MapperLookups
+from flux_sdexec.adapters.orphan_watch import OrphanWatch
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.outbox import Outbox
 from flux_sdexec.adapters.systemd import guard, teardown
@@ -57,6 +58,7 @@ class SdexecService:
         broker_pid: the broker's pid, watched by the guard of handed-over units.
         module_file: the module file loaded (stats-get says which).
         systemd_timeout: ``[sdexec] systemd-timeout``, the budget of a systemd call.
+        orphan_interval: ``[sdexec] orphan-check-interval`` (adapters/orphan_watch.py).
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class SdexecService:
         broker_pid=None,
         module_file=None,
         systemd_timeout=settle.DEFAULT_BUDGET,
+        orphan_interval=orphans.DEFAULT_INTERVAL,
     ):
         self.h = handle
         self.log = log
@@ -105,6 +108,7 @@ class SdexecService:
             sender_of,
             lambda: self.debug,
         )
+        self.orphans = OrphanWatch(self, orphan_interval)
         guard.stop(self.bridge, self.log, self.guard)
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
         self.bus.pump()
@@ -195,6 +199,7 @@ class SdexecService:
                 f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
             )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
+        self.orphans.close()
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         for p in self.registry:

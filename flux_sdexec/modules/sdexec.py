@@ -61,6 +61,7 @@ class SdexecModule(BrokerModule):
                 broker_pid=_attr(h, "broker.pid"),
                 module_file=str(Path(__file__).resolve()),
                 systemd_timeout=config.systemd_timeout(conf),
+                orphan_interval=config.orphan_check_interval(conf),
             )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
@@ -137,7 +138,9 @@ class SdexecModule(BrokerModule):
         debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
         check = config.containment_check(conf)
         budget = config.systemd_timeout(conf)  # every key is checked before any is applied
+        interval = config.orphan_check_interval(conf)
         self.service.debug, self.service.unload_policy = debug, policy
         self.service.containment.policy = check
         self.service.calls.budget = budget
+        self.service.orphans.interval = interval
         self.handle.respond(msg)

@@ -101,7 +101,8 @@ def test_output_columns_and_states_are_documented():
     states = [report.OK, report.NOT_ENFORCED, report.UNLOADED, report.NOT_OURS]
     states += [report.UNREACHABLE, report.ERROR]
     assert [w for w in headers + states if not mentions(status, w)] == []
-    unit_headers = [h.rstrip(">") for h, _ in unitrows.COLUMNS] + [unitrows.UNTRACKED]
+    unit_headers = [h.rstrip(">") for h, _ in unitrows.COLUMNS]
+    unit_headers += [unitrows.UNTRACKED, unitrows.ORPHAN]
     assert [w for w in unit_headers if not mentions(units, w)] == []
 
 
