@@ -50,6 +50,7 @@ def stats(svc):
         "containment": svc.containment.stats(),
         "systemd-timeout": svc.calls.budget,
         "sweeping": svc.sweeper.units(),
+        "orphan-checks": svc.orphans.checks,
         "orphans-stopped": svc.orphans.stopped,
     }
 

@@ -33,6 +33,7 @@ class OrphanWatch:
         self._timers = {}  # unit -> its timer watcher, while a check is due
         self._attempts = {}  # unit -> checks made so far
         self._in_flight = {}  # future -> unit
+        self.checks = 0  # job queries sent since load (stats-get)
         self.stopped = 0  # orphans stopped since load (stats-get)
 
     def consider(self, p):
@@ -71,6 +72,7 @@ class OrphanWatch:
         jobid = orphans.shell_job(p)
         payload = {"id": orphans.job_number(jobid), "attrs": ["state"]}
         future = self.svc.h.rpc(TOPIC, payload, 0)
+        self.checks += 1
         self._in_flight[future] = unit
         what = f"{TOPIC} of {jobid}"
         future.then(guarded(self.svc.log, what, self._answered), timeout=QUERY_TIMEOUT)

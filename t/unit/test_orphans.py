@@ -4,7 +4,10 @@ stopping one does to its record (orphans.py, the JobGone rows of table.py)."""
 import errno
 import syslog
 
-from flux_sdexec import orphans
+import pytest
+
+from flux_sdexec import config, orphans
+from flux_sdexec.errors import RequestError
 from flux_sdexec.events import JobGone, Log, StopUnit, WaitRequested
 from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
@@ -118,3 +121,19 @@ def test_job_gone_for_a_waited_shell_still_answers_the_wait():
     handle(p, JobGone("job fuMFe9D is inactive"))
     actions = replay(p, "sigterm", since=8)
     assert any(type(a).__name__ == "AnswerWait" for a in actions)
+
+
+def test_orphan_check_interval_default_durations_and_refusals():
+    """Default 10 s; a Flux duration or a number of seconds; anything else refused with
+    EINVAL naming the key."""
+    assert config.orphan_check_interval({}) == orphans.DEFAULT_INTERVAL == 10
+    assert config.orphan_check_interval({"sdexec": {"orphan-check-interval": "2m"}}) == 120
+    assert config.orphan_check_interval({"sdexec": {"orphan-check-interval": 0.5}}) == 0.5
+    for value in ("often", "0s", -1, True, [1]):
+        with pytest.raises(RequestError) as exc:
+            config.orphan_check_interval({"sdexec": {"orphan-check-interval": value}})
+        assert exc.value.errno == errno.EINVAL
+        assert str(exc.value) == (
+            'sdexec.orphan-check-interval must be a duration above zero like "10s": '
+            f"got {value!r}"
+        )
