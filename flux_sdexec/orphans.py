@@ -127,5 +127,5 @@ def job_gone(p, event, out):
     out.append(
         Log(syslog.LOG_WARNING, f"{p.logname}[{p.pid}]: {event.reason}: stopping the orphan")
     )
-    out += p.forget()
+    out += p.forget(final=True)  # final: a start job still queued is cancelled, not run
     return p.state

@@ -102,6 +102,14 @@ def test_job_gone_stops_the_shell_logs_why_and_lets_its_record_go():
     assert kept.state is S.ZOMBIE  # no job query: the record waits for its wait
 
 
+def test_job_gone_for_a_shell_still_starting_cancels_its_start():
+    """A shell whose start systemd has not reported yet: StopUnit all the same (it cancels a
+    start job still queued), where an ordinary forget would send nothing yet."""
+    p = new(["flux-shell"], label="shell-1-fA", unit=UNIT, background=True, waitable=True)
+    assert p.state is S.STARTING
+    assert StopUnit() in handle(p, JobGone("job fA is inactive"))
+
+
 def test_job_gone_for_a_zombie_lets_it_go_unless_waited():
     """A shell that ended before the answer came: its record is let go; one whose wait is
     being answered is left to the wait."""
