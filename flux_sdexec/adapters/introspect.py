@@ -5,7 +5,7 @@ Only reads the service; the one systemd call (ListUnitsByPatterns, for untracked
 units) is a rare, blocking one.
 """
 
-from flux_sdexec import __version__
+from flux_sdexec import __version__, orphans
 from flux_sdexec.states import ProcState
 
 # where systemd is reached: bridge.via is the private socket's path, or the bus's name
@@ -67,7 +67,7 @@ def proc_entry(p):
         "background": p.cmd.background,
         "adopted": p.exec_request is None,
         "orphan": p.orphan,
-        "job": p.job_seen,
+        "job": p.job_seen if orphans.suspect(p) else None,  # only while nobody waits on it
     }
 
 
