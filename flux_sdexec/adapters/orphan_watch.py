@@ -10,7 +10,6 @@ A query is answered within QUERY_TIMEOUT or counts as no answer.
 """
 
 from flux_sdexec import orphans
-from flux_sdexec.adapters.watchers import guarded
 from flux_sdexec.events import JobGone
 
 TOPIC = "job-list.list-id"
@@ -75,7 +74,7 @@ class OrphanWatch:
         self.checks += 1
         self._in_flight[future] = unit
         what = f"{TOPIC} of {jobid}"
-        future.then(guarded(self.svc.log, what, self._answered), timeout=QUERY_TIMEOUT)
+        future.then(self.svc.watchers.guard(self._answered, what), timeout=QUERY_TIMEOUT)
 
     def _answered(self, future):
         unit = self._in_flight.pop(future, None)
