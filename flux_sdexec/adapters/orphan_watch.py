@@ -96,9 +96,9 @@ class OrphanWatch:
                 self.stopped += 1
                 self.svc.feed(p, JobGone(why), pump=True)
             return
-        p.job_seen = why
-        if action == orphans.RETRY:
+        if action == orphans.RETRY and why != p.job_seen:  # once per kind of failure
             self.svc.log.warning(f"{p.logname}: {why}")
+        p.job_seen = why
         attempt = self._attempts.get(unit, 0) + 1
         self._attempts[unit] = attempt
         self._arm(unit, orphans.check_delay(attempt, self.interval))

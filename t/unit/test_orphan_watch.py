@@ -117,7 +117,8 @@ def test_an_inactive_job_stops_its_shell_once():
 
 
 def test_an_unknown_job_stops_its_shell_other_errors_ask_again():
-    """ENOENT: stopped; ENOSYS (job-list not loaded) or a timeout: logged, asked again."""
+    """ENOENT: stopped; ENOSYS (job-list not loaded) or a timeout: asked again, logged once
+    per kind of failure."""
     svc, watch, (p, q) = watched(2)
     watch.consider(p)
     watch.consider(q)
@@ -129,9 +130,11 @@ def test_an_unknown_job_stops_its_shell_other_errors_ask_again():
     assert "state not known (ENOSYS" in svc.log.at("warning")[0]
     fp.reply(OSError(errno.ENOENT, "unknown job"))
     assert p.orphan == "job fA1 is unknown to this instance"
-    svc.watchers.armed()[0].fire()
-    svc.h.sent[-1].reply(OSError(errno.ETIMEDOUT, "Connection timed out"))
+    for _ in range(2):
+        svc.watchers.armed()[0].fire()
+        svc.h.sent[-1].reply(OSError(errno.ETIMEDOUT, "Connection timed out"))
     assert q.orphan is None and len(svc.watchers.armed()) == 1
+    assert len(svc.log.at("warning")) == 2  # ENOSYS, then ETIMEDOUT once: not every retry
 
 
 def test_a_shell_waited_on_again_or_forgotten_is_dropped_without_asking():
