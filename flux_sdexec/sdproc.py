@@ -79,6 +79,7 @@ class SdProc:
         self.stop = StopTimer()  # kill escalation
         self.post_start_check = cmd.post_start_check  # what to verify once the pid is known
         self.check_sent = False  # CheckContainment was asked for
+        self.kill_when_started = False  # a fg client left before its process ran
         self.started_response_sent = adopted  # "started" answered (or logged, background)
         self.finished_response_sent = False  # "finished" answered (or exit logged, background)
         self.error = None  # (errno, text) for the terminal response

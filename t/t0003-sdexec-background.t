@@ -335,42 +335,6 @@ test_expect_success 'a collected unit with a TERM-ignoring child goes away' '
 	test_debug "systemctl --user list-units --all --plain --no-legend $u" &&
 	sdexec_unit_gone $u
 '
-# job_queued UNIT: systemd has a job queued for UNIT. unloaded UNIT: systemd forgot UNIT.
-job_queued() {
-	test -n "$(systemctl --user show -p Job --value "$1")"
-}
-unloaded() {
-	test "$(systemctl --user show -p LoadState --value "$1")" = not-found
-}
-# A start systemd took whose job waits (in a slice ordered after a unit whose
-# ExecStartPre sleeps): the unit is loaded and inactive. Unload must cancel that
-# job; left queued, it runs after sdexec has gone and, with RemainAfterExit, the
-# unit stays loaded for good (issue 22 finding 5).
-test_expect_success 'module remove cancels a start job still queued' '
-	u=queued-unload:$SDEXEC_INSTANCE.service &&
-	blk=blk-$SDEXEC_INSTANCE &&
-	test_when_finished "systemctl --user stop $blk-pre.service $blk.slice $u;
-		systemctl --user reset-failed $blk-pre.service $u 2>/dev/null;
-		flux exec -r 1 flux module load $SDEXEC_MODULE" &&
-	systemd-run --user --no-block --unit=$blk-pre.service \
-		-p ExecStartPre="/bin/sleep 120" /bin/true &&
-	busctl --user call org.freedesktop.systemd1 /org/freedesktop/systemd1 \
-		org.freedesktop.systemd1.Manager StartTransientUnit "ssa(sv)a(sa(sv))" \
-		$blk.slice replace 1 After as 1 $blk-pre.service 0 &&
-	{ $sdexec -r 1 --setopt=SDEXEC_NAME=$u --setopt=SDEXEC_PROP_Slice=$blk.slice \
-		true 2>queued.err & } &&
-	qpid=$! &&
-	sdexec_wait_until job_queued $u &&
-	flux exec -r 1 flux module remove sdexec &&
-	test_must_fail wait $qpid &&
-	test_debug "cat queued.err" &&
-	grep unloading queued.err &&
-	! job_queued $u &&
-	unloaded $u &&
-	systemctl --user stop $blk-pre.service &&
-	sdexec_wait_until sdexec_unit_is $blk.slice active &&
-	unloaded $u
-'
 test_expect_success 'sdexec works on rank 1 after the reload' '
 	$sdexec -r 1 true &&
 	! tracked stubborn 1

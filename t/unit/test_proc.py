@@ -429,3 +429,15 @@ def test_start_refused_after_signals_still_fails_the_foreground_exec():
         RespondError(errno.EINVAL, "Invalid Type setting: bogus")
     ]
     assert proc.state is ProcState.DONE
+
+
+def test_client_gone_before_the_start_ran_kills_once_it_runs():
+    """A client that leaves while the unit's start job is still queued (no process yet):
+    a SIGKILL now would find nothing to kill; it is sent once the process runs."""
+    proc = fg()
+    assert handle(proc, ClientGone()) == []
+    actions = replay(proc, "sigterm", until=6)
+    assert actions.count(KillUnit(signal.SIGKILL)) == 1
+    assert actions.index(KillUnit(signal.SIGKILL)) > actions.index(
+        Respond({"type": "started", "pid": pid_of("sigterm")})
+    )
