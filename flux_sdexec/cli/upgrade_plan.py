@@ -97,8 +97,8 @@ def rank_problems(expected_path, mods_by_rank, stats_by_rank):
         stats = stats_by_rank.get(rank)
         if isinstance(stats, str):
             problems.append(f"rank {rank}: sdexec does not answer: {stats}")
-        elif isinstance(stats, dict) and stats.get("file") not in (None, expected_path):
-            problems.append(f"rank {rank}: sdexec reports file {stats['file']}")
+        elif isinstance(stats, dict) and stats.get("module") not in (None, expected_path):
+            problems.append(f"rank {rank}: sdexec reports file {stats['module']}")
     return problems
 
 

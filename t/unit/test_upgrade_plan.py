@@ -1,6 +1,9 @@
 """The decisions of ``flux sdexec upgrade``, without a broker: which jobs block or end,
 what a rank must show after the reload, job-exec's arguments, the report."""
 
+from types import SimpleNamespace
+
+from flux_sdexec.adapters import introspect
 from flux_sdexec.cli import upgrade_plan as plan
 
 MODULE = "/opt/sdexec/sdexec.py"
@@ -63,7 +66,7 @@ def mods(path=MODULE):
 
 
 def test_every_rank_running_the_new_file_and_answering_passes():
-    stats = {0: {"procs": {}}, 1: {"procs": {}, "file": MODULE}}
+    stats = {0: {"procs": {}}, 1: {"procs": {}, "module": MODULE}}
     assert plan.rank_problems(MODULE, {0: mods(), 1: mods()}, stats) == []
 
 
@@ -82,8 +85,32 @@ def test_each_wrong_rank_is_named_with_what_is_wrong():
 
 
 def test_a_rank_whose_sdexec_reports_another_file_is_wrong():
-    problems = plan.rank_problems(MODULE, {0: mods()}, {0: {"file": "/elsewhere.py"}})
+    problems = plan.rank_problems(MODULE, {0: mods()}, {0: {"module": "/elsewhere.py"}})
     assert problems == ["rank 0: sdexec reports file /elsewhere.py"]
+
+
+def module_stats(module_file):
+    """What ``sdexec.stats-get`` answers for a module loaded from ``module_file`` (the real
+    payload, from a stub service with nothing tracked)."""
+    svc = SimpleNamespace(
+        registry=[],
+        module_file=module_file,
+        bridge=SimpleNamespace(via="/run/user/1/systemd/private"),
+        bus=SimpleNamespace(reconnects=0),
+        adopted=0,
+        containment=SimpleNamespace(stats=lambda: {}),
+        calls=SimpleNamespace(budget=300.0),
+        sweeper=SimpleNamespace(units=lambda: []),
+    )
+    return introspect.stats(svc)
+
+
+def test_the_file_the_module_itself_reports_is_checked():
+    """stats-get names its file under "module": a rank whose module process runs another
+    file than the broker lists is caught (the check read "file" and never ran)."""
+    stats = {0: module_stats(MODULE), 1: module_stats("/elsewhere.py")}
+    problems = plan.rank_problems(MODULE, {0: mods(), 1: mods()}, stats)
+    assert problems == ["rank 1: sdexec reports file /elsewhere.py"]
 
 
 def test_report_says_what_was_done_and_how_long_jobs_were_held():
