@@ -132,3 +132,47 @@ def test_report_names_the_jobs_force_ended_and_queues_none_started():
     assert "queues stopped and started again: none were started" in lines
     assert "jobs ended (--force): fA (bulk-exec)" in lines
     assert "jobs reattached by job-exec: 0" in lines
+
+
+# ---- restore: what to undo, from what the ranks list after every owed answer is in ----
+
+
+def test_nothing_changed_nothing_to_restore():
+    assert plan.restore_steps(plan.Changes(), {}) == ([], [])
+
+
+def test_sdexec_is_loaded_again_only_where_it_is_missing():
+    """Rank 1's removal was refused (or its load came late and succeeded): left alone."""
+    changes = plan.Changes(sdexec_ranks={0, 1, 2})
+    listed = {0: {"job-exec"}, 1: {"sdexec"}, 2: set()}
+    assert plan.restore_steps(changes, listed) == ([("load-sdexec", [0, 2])], [])
+
+
+def test_job_exec_whose_removal_completed_late_is_loaded_again_with_its_args():
+    changes = plan.Changes(job_exec_args=["method=bgexec"])
+    steps, _ = plan.restore_steps(changes, {0: {"sdexec"}})
+    assert steps == [("load-job-exec", ["method=bgexec"])]
+
+
+def test_job_exec_still_loaded_is_not_loaded_twice():
+    """A removal refused, or answered after the restore waited: job-exec is listed."""
+    changes = plan.Changes(job_exec_args=[])
+    assert plan.restore_steps(changes, {0: {"sdexec", "job-exec"}}) == ([], [])
+
+
+def test_a_rank_that_cannot_be_listed_gets_its_load_and_is_named():
+    changes = plan.Changes(sdexec_ranks={3}, job_exec_args=[])
+    steps, problems = plan.restore_steps(changes, {0: "no answer within 5s", 3: "down"})
+    assert steps == [("load-sdexec", [3]), ("load-job-exec", [])]
+    assert problems == [
+        "rank 0: module list failed: no answer within 5s",
+        "rank 3: module list failed: down",
+    ]
+
+
+def test_restore_order_sdexec_then_job_exec_then_queues():
+    """job-exec reattaches through sdexec, and scheduling comes back last."""
+    changes = plan.Changes(queues=[None, "batch"], job_exec_args=[], sdexec_ranks={1})
+    steps, _ = plan.restore_steps(changes, {0: {"sdexec"}, 1: set()})
+    assert [s for s, _ in steps] == ["load-sdexec", "load-job-exec", "start-queues"]
+    assert steps[2] == ("start-queues", [None, "batch"])
