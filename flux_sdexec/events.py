@@ -78,6 +78,12 @@ class WaiterGone:
 
 
 @dataclass(frozen=True)
+class WaitsBegan:
+    """The first ``sdexec.wait`` since load reached this sdexec: a client that collects
+    records is there (job-exec asks right after its load). Fed to adopted processes."""
+
+
+@dataclass(frozen=True)
 class AnswerMaybeLost:
     """The client whose wait was just answered disconnected within the grace: the answer
     may never have been read (a module unloading as it came). ``label_taken``: another

@@ -86,6 +86,7 @@ class SdProc:
         self.waiter_parked = False  # it came while the process ran (waits.py: the grace)
         self.answered_to = None  # the wait request last answered, during its grace (waits.py)
         self.held = False  # a zombie no waiter is known for, kept for a while (waits.py)
+        self.before_first_wait = adopted  # no sdexec.wait came since load (waits.py: the hold)
         self.grace = None  # the adapter's grace timer (ArmGrace)
         self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
         self.state = ProcState.STARTING  # where the process is (table.py)

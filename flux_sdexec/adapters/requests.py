@@ -29,6 +29,7 @@ from flux_sdexec.events import (
     StartFailed,
     WaitRequested,
     WaiterGone,
+    WaitsBegan,
 )
 from flux_sdexec.linebuf import OutputBuffer
 from flux_sdexec.sdproc import SdProc
@@ -40,6 +41,7 @@ class Requests:
 
     def __init__(self, svc):
         self.svc = svc
+        self.waits_began = False  # an sdexec.wait came since load
 
     def exec(self, msg):
         """``sdexec.exec``: validate, map resources if asked, then start the unit."""
@@ -170,7 +172,13 @@ class Requests:
             self.svc.responder.respond_error(msg, error.errno, error.strerror)
 
     def wait(self, msg):
-        """``sdexec.wait``: a waitable process's status, now or when it ends."""
+        """``sdexec.wait``: a waitable process's status, now or when it ends. The first one
+        since load starts the hold of adopted records (waits.py)."""
+        if not self.waits_began:
+            self.waits_began = True
+            for p in self.svc.registry:
+                if p.adopted:
+                    self.svc.feed(p, WaitsBegan())
         pid, label = protocol.parse_target(payload_of(msg, "wait"), "wait")
         p = self.svc.find(pid, label, "wait")
         if not p.cmd.waitable:
