@@ -78,9 +78,12 @@ class WaiterGone:
 
 
 @dataclass(frozen=True)
-class WaitsBegan:
-    """The first ``sdexec.wait`` since load reached this sdexec: a client that collects
-    records is there (job-exec asks right after its load). Fed to adopted processes."""
+class HoldsStart:
+    """A client that collects records is there: the first ``sdexec.wait`` since load
+    reached this sdexec, or ``flux sdexec upgrade`` announced job-exec's load. Fed to
+    adopted processes; ``why`` says which, for the log."""
+
+    why: str
 
 
 @dataclass(frozen=True)

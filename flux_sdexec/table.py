@@ -43,7 +43,7 @@ from flux_sdexec.events import (
     Unloading,
     WaitRequested,
     WaiterGone,
-    WaitsBegan,
+    HoldsStart,
 )
 from flux_sdexec.states import ESCALATING, LIVE, Phase, ProcState
 
@@ -111,6 +111,6 @@ row([*ESCALATING, ZOMBIE], WaiterGone, [None], w.waiter_gone)
 row([ANSWERED], AnswerMaybeLost, [ZOMBIE, RELEASING, DONE], w.answer_maybe_lost)
 row(LIVE, GraceExpired, [None, RELEASING, DONE], w.grace_expired)
 # an adopted record's hold counts from the first wait since load (waits.py)
-row(LIVE, WaitsBegan, [None], w.waits_began)
+row(LIVE, HoldsStart, [None], w.holds_start)
 # unload answers what is owed (ENOSYS) and lets the unit go
 row(LIVE, Unloading, [DONE], h.unloading)

@@ -18,10 +18,11 @@ The hold: a zombie no client is known to wait for (revived, or of a unit adopted
 an earlier sdexec) is kept RECORD_HOLD seconds for one to ask, then let go, so that a
 record whose answer was in fact read, or whose job is over, leaves no unit behind. A
 zombie of this sdexec's own exec waits for its wait as long as it takes, as before.
-The hold of an adopted record counts from the first ``sdexec.wait`` this sdexec gets
-(WaitsBegan), not from its load: job-exec, the one that collects them, is loaded only
-after sdexec on every rank, however long the slowest rank takes; until that first wait
-it is bounded by FIRST_WAIT_BOUND.
+The hold of an adopted record counts from the moment a collecting client is there
+(HoldsStart: the first ``sdexec.wait`` this sdexec gets, or ``flux sdexec upgrade``
+announcing job-exec's load), not from its load: job-exec, the one that collects them,
+is loaded only after sdexec on every rank, however long the slowest rank takes; until
+then it is bounded by FIRST_WAIT_BOUND.
 Pure: stdlib only.
 """
 
@@ -41,7 +42,8 @@ ANSWER_GRACE = 2.0
 # short-lived client of a parked wait (flux sproc wait) revives its record as it exits,
 # so the hold is also how long such a unit stays listed.
 RECORD_HOLD = 20.0
-# Until the first wait after load, an adopted record is kept at most this long: far
+# Until then (the first wait, or the upgrade's announce), an adopted record is kept at
+# most this long: far
 # beyond the longest time `flux sdexec upgrade` can take from a rank's sdexec load to
 # job-exec's (its check and job-exec's load, each bounded by its 120 s --timeout, and a
 # restore), so it only matters where no wait ever comes (no job-exec, or no job on the
@@ -120,13 +122,13 @@ def hold(p, out, why):
     return S.ZOMBIE
 
 
-def waits_began(p, event, out):
-    """The first wait since load: a held adopted record's hold starts now."""
+def holds_start(p, event, out):
+    """A collecting client is there: a held adopted record's hold starts now."""
     if not p.before_first_wait:
         return p.state
     p.before_first_wait = False
     if p.state is S.ZOMBIE and p.held and p.waiter is None:
-        return hold(p, out, "a client waits")
+        return hold(p, out, event.why)
     return p.state
 
 

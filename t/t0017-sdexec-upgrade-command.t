@@ -232,6 +232,21 @@ test_expect_success 'SIGTERM while sdexec is being removed, the removal answered
 	sdexec_check_no_units
 '
 
+# logged_on1 PATTERN: rank 1's broker log has a line matching PATTERN.
+logged_on1() {
+	flux exec -r 1 flux dmesg | grep -q -- "$1"
+}
+test_expect_success 'a record nobody asks for goes 20 s after the upgrade announced job-exec' '
+	$sdexec -r 1 --bg --waitable --label=byhand sh -c "exit 6" &&
+	sdexec_wait_until logged_on1 "byhand\[[0-9]*\]: Exit 6" &&
+	$upgrade >byhand.out 2>byhand.err &&
+	test_debug "cat byhand.out byhand.err" &&
+	logged_on1 "byhand\[[0-9]*\]: no waiter after adoption: collectable for 20s after the first" &&
+	logged_on1 "byhand\[[0-9]*\]: job-exec loaded: collectable for 20s" &&
+	sdexec_wait_until logged_on1 "byhand\[[0-9]*\]: not collected within 20s, let go" &&
+	sdexec_check_no_units
+'
+
 test_expect_success 'no unit of the instance is left at the end' '
 	sdexec_check_no_units
 '

@@ -29,7 +29,7 @@ from flux_sdexec.events import (
     StartFailed,
     WaitRequested,
     WaiterGone,
-    WaitsBegan,
+    HoldsStart,
 )
 from flux_sdexec.linebuf import OutputBuffer
 from flux_sdexec.sdproc import SdProc
@@ -41,7 +41,7 @@ class Requests:
 
     def __init__(self, svc):
         self.svc = svc
-        self.waits_began = False  # an sdexec.wait came since load
+        self.holds_started = False  # a collecting client came since load (waits.py)
 
     def exec(self, msg):
         """``sdexec.exec``: validate, map resources if asked, then start the unit."""
@@ -174,11 +174,7 @@ class Requests:
     def wait(self, msg):
         """``sdexec.wait``: a waitable process's status, now or when it ends. The first one
         since load starts the hold of adopted records (waits.py)."""
-        if not self.waits_began:
-            self.waits_began = True
-            for p in self.svc.registry:
-                if p.adopted:
-                    self.svc.feed(p, WaitsBegan())
+        self.start_holds("a client waits")
         pid, label = protocol.parse_target(payload_of(msg, "wait"), "wait")
         p = self.svc.find(pid, label, "wait")
         if not p.cmd.waitable:
@@ -186,6 +182,17 @@ class Requests:
         if p.waiter is not None:
             raise RequestError(errno.EINVAL, "process is already being waited on")
         self.svc.feed(p, WaitRequested(Request(msg)))
+
+    def start_holds(self, why):
+        """The first time a collecting client is there (the first wait, or the upgrade's
+        ``sdexec.job-exec-loaded`` event): the hold of adopted records starts."""
+        if self.holds_started:
+            return
+        self.holds_started = True
+        for p in self.svc.registry:
+            if p.adopted:
+                self.svc.feed(p, HoldsStart(why))
+        self.svc.bus.pump()
 
     def list(self, msg):
         """``sdexec.list``: every tracked process, in start order."""

@@ -16,6 +16,9 @@ from flux_sdexec.cli import upgrade_startup as startup
 from flux_sdexec.cli.upgrade_broker import Failure, say
 
 REASON = "flux sdexec upgrade"
+# published once job-exec is loaded again: each sdexec starts the hold of the records it
+# adopted (waits.py), which job-exec is now there to collect
+JOB_EXEC_LOADED = "sdexec.job-exec-loaded"
 
 
 class Upgrade:
@@ -28,6 +31,7 @@ class Upgrade:
         self.changes = plan.Changes()
         self.unsettled = []  # (what, Round) whose answers were not all in when collected
         self.modules = {}  # "old" and "new" module file, for loading sdexec again
+        self.reloaded = False  # sdexec was removed somewhere: its records need announce()
 
     # ---- the procedure ----
 
@@ -69,6 +73,7 @@ class Upgrade:
         self.request_one("module.load", job_exec_payload(args), "load job-exec")
         self.changes.job_exec_args = None
         say("job-exec loaded")
+        self.announce()
         self.start_queues()
         report.held = time.monotonic() - held_from
         return report
@@ -125,6 +130,7 @@ class Upgrade:
         """module.remove then module.load of sdexec on every rank at once."""
         ranks = list(range(self.size))
         self.changes.sdexec_ranks = set(ranks)  # from here it may be gone
+        self.reloaded = True
         removes = self.request(
             {r: ("module.remove", {"name": "sdexec"}) for r in ranks}, "remove sdexec"
         )
@@ -178,12 +184,25 @@ class Upgrade:
             "load-job-exec": self.restore_job_exec,
             "start-queues": self.restore_queues,
         }
+        job_exec_up = True
         for step, arg in steps:
             try:
                 actions[step](arg)
             except Failure as exc:
                 problems.append(str(exc))
+                job_exec_up = job_exec_up and step != "load-job-exec"
+        if self.reloaded and job_exec_up:
+            self.announce()
         return problems
+
+    def announce(self):
+        """Tell every sdexec that job-exec is loaded (JOB_EXEC_LOADED); if that fails, each
+        starts its holds with job-exec's first wait there."""
+        payload = {"topic": JOB_EXEC_LOADED, "flags": 0}
+        try:
+            self.broker.call("event.publish", payload, 0, f"publish {JOB_EXEC_LOADED}")
+        except Failure as exc:
+            say(f"{exc} (each sdexec starts its holds with job-exec's first wait there)")
 
     def settle(self):
         """Wait (at most the timeout) for the answers still owed; name those still missing."""

@@ -23,7 +23,7 @@ from flux_sdexec.events import (
     UnitChanged,
     Unloading,
     WaitRequested,
-    WaitsBegan,
+    HoldsStart,
 )
 from flux_sdexec.machine import handle
 from flux_sdexec.registry import Registry
@@ -214,7 +214,10 @@ def test_an_adopted_zombie_is_held_from_the_first_wait_then_let_go():
     assert actions[-1] == ArmGrace(FIRST_WAIT_BOUND)
     assert p.state is S.ZOMBIE and p.visible and p.held
     text = f"L[9]: a client waits: collectable for {RECORD_HOLD:g}s"
-    assert handle(p, WaitsBegan()) == [Log(syslog.LOG_INFO, text), ArmGrace(RECORD_HOLD)]
+    assert handle(p, HoldsStart("a client waits")) == [
+        Log(syslog.LOG_INFO, text),
+        ArmGrace(RECORD_HOLD),
+    ]
     text = f"L[9]: not collected within {RECORD_HOLD:g}s, let go"
     assert handle(p, GraceExpired()) == [Log(syslog.LOG_INFO, text), ResetFailedUnit()]
 
@@ -229,7 +232,11 @@ def test_an_adopted_zombie_outlasts_the_hold_while_no_wait_came():
     )
     assert actions[-2:] == [Log(syslog.LOG_INFO, text), ArmGrace(FIRST_WAIT_BOUND)]
     assert FIRST_WAIT_BOUND > 4 * 120  # the upgrade's longest way to job-exec's load
-    assert handle(p, WaitsBegan())[-1] == ArmGrace(RECORD_HOLD)
+    text = f"L[9]: job-exec loaded: collectable for {RECORD_HOLD:g}s"
+    assert handle(p, HoldsStart("job-exec loaded")) == [
+        Log(syslog.LOG_INFO, text),
+        ArmGrace(RECORD_HOLD),
+    ]
     waiter = Waiter("job-exec-2")
     assert handle(p, WaitRequested(waiter)) == [AnswerWait(waiter, 3 << 8), ResetFailedUnit()]
 
@@ -243,7 +250,7 @@ def test_an_adopted_zombie_no_wait_ever_comes_for_goes_at_the_bound():
 def test_an_adopted_process_that_ends_after_the_first_wait_is_held_for_the_hold():
     p = new(["sh"], label="L", background=True, waitable=True, adopted=True)
     handle(p, UnitChanged({"ActiveState": "active", "SubState": "running", "ExecMainPID": 9}))
-    assert handle(p, WaitsBegan()) == [] and p.state is S.RUNNING
+    assert handle(p, HoldsStart("a client waits")) == [] and p.state is S.RUNNING
     exited = {"ActiveState": "active", "SubState": "exited", "ExecMainCode": 1}
     actions = handle(p, UnitChanged({**exited, "ExecMainStatus": 0}))
     assert actions[-1] == ArmGrace(RECORD_HOLD) and p.state is S.ZOMBIE
@@ -251,8 +258,8 @@ def test_an_adopted_process_that_ends_after_the_first_wait_is_held_for_the_hold(
 
 def test_the_first_wait_changes_nothing_for_a_collected_record():
     p, _ = adopted_failed()
-    handle(p, WaitsBegan())
-    assert handle(p, WaitsBegan()) == []
+    handle(p, HoldsStart("a client waits"))
+    assert handle(p, HoldsStart("a client waits")) == []
 
 
 def test_an_adopted_zombie_collected_within_the_hold_goes_at_once():
