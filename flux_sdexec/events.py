@@ -87,6 +87,12 @@ class HoldsStart:
 
 
 @dataclass(frozen=True)
+class LabelReused:
+    """A new exec asks for this record's label, whose status a wait has already given:
+    the label is free at once (as in the C module), so the record goes now."""
+
+
+@dataclass(frozen=True)
 class AnswerMaybeLost:
     """The client whose wait was just answered disconnected within the grace: the answer
     may never have been read (a module unloading as it came). ``label_taken``: another

@@ -23,6 +23,9 @@ The hold of an adopted record counts from the moment a collecting client is ther
 announcing job-exec's load), not from its load: job-exec, the one that collects them,
 is loaded only after sdexec on every rank, however long the slowest rank takes; until
 then it is bounded by FIRST_WAIT_BOUND.
+A label is free for a new exec as soon as a wait has given the status (in the grace,
+or revived): the record goes then (label_reused), as flux-core's C module forgets it at
+once; the new exec waits for the old unit to go (adapters/after_release.py).
 Pure: stdlib only.
 """
 
@@ -106,7 +109,19 @@ def answer_maybe_lost(p, event, out):
     if event.label_taken:
         out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label reused, not revived"))
         return release(p, out)
+    p.revived = True
     return hold(p, out, f"its waiter left within {ANSWER_GRACE:g}s of the answer")
+
+
+def label_reused(p, event, out):
+    """A new exec asks for the label of a record whose status a wait already gave (in its
+    grace, or revived): the label is free at once, as in the C module; the record goes.
+    A record never answered (a zombie waiting for its wait) keeps it."""
+    if p.state not in (S.ANSWERED, S.ZOMBIE) or not p.label_free:
+        return p.state
+    p.answered_to, p.held = None, False
+    out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label taken by a new exec, let go"))
+    return release(p, out)
 
 
 def hold(p, out, why):

@@ -30,6 +30,7 @@ from flux_sdexec.events import (
     WaitRequested,
     WaiterGone,
     HoldsStart,
+    LabelReused,
 )
 from flux_sdexec.linebuf import OutputBuffer
 from flux_sdexec.sdproc import SdProc
@@ -54,10 +55,16 @@ class Requests:
     def _start(self, msg, req):
         """Name and start the unit; responses follow from signals. Returns the unit name."""
         svc = self.svc
-        if req.label and svc.registry.has_label(req.label):
-            raise RequestError(errno.EEXIST, "command label is not unique")
+        if req.label:
+            self._take_label(req.label)
         unit = svc.namer.name(req.label, req.opts.get("SDEXEC_NAME"))
-        if svc.registry.by_unit(unit) is not None:
+        old = svc.registry.by_unit(unit)
+        if old is not None and old.label_free:  # a wait gave its status: it goes
+            svc.feed(old, LabelReused())
+            if svc.registry.by_unit(unit) is not None:
+                svc.after_release.wait(unit, msg, req.label, lambda m: self._start(m, req))
+                return unit
+        elif old is not None or svc.after_release.has(unit=unit):
             raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
         if unit in svc.sweeper:
             raise RequestError(errno.EEXIST, f"unit {unit} is still being stopped")
@@ -91,6 +98,15 @@ class Requests:
                     channel.io.close()
             raise
         return unit
+
+    def _take_label(self, label):
+        """EEXIST if a live process, or a record no wait has collected, has ``label``; a
+        record whose status a wait already gave lets it go (waits.py: label_reused)."""
+        holder = self.svc.registry.find(-1, label)
+        if holder is not None and holder.label_free:
+            self.svc.feed(holder, LabelReused())
+        elif holder is not None or self.svc.after_release.has(label=label):
+            raise RequestError(errno.EEXIST, "command label is not unique")
 
     def _start_replied(self, p, error):
         """StartTransientUnit settled (calls.py): systemd took it, or refused it, or the
@@ -218,6 +234,7 @@ class Requests:
         sender = sender_of(msg)
         registry = self.svc.registry
         self.svc.lookups.cancel(sender)
+        self.svc.after_release.cancel(sender)
         for p in registry.by_sender(sender):
             if p.exec_request is not None and p.exec_request.sender == sender:
                 self.svc.feed(p, ClientGone())

@@ -10,11 +10,10 @@ went wrong. The steps are in upgrade_steps.py, the decisions in upgrade_plan.py.
 """
 
 import signal
-import sys
 
 import flux
 
-from flux_sdexec.cli.upgrade_broker import Broker, Failure, Interrupted, say
+from flux_sdexec.cli.upgrade_broker import Broker, Failure, Interrupted, error, say
 from flux_sdexec.cli.upgrade_steps import Upgrade
 
 
@@ -57,7 +56,11 @@ def main(args):
         report = up.run(args.module, args.force)
     except BaseException as exc:  # every way out restores service
         error(describe(exc))
-        for problem in up.restore():
+        try:
+            problems = up.restore()
+        except Exception as bug:  # say so, rather than a traceback instead of the rest
+            problems = [f"internal error: {bug!r}"]
+        for problem in problems:
             error(f"restoring: {problem}")
         if isinstance(exc, Interrupted):
             return 128 + exc.signum
@@ -78,7 +81,3 @@ def describe(exc):
     if isinstance(exc, OSError):
         return f"{exc.strerror or exc}"
     return f"internal error: {exc!r}"
-
-
-def error(text):
-    print(f"flux-sdexec: upgrade: {text}", file=sys.stderr, flush=True)

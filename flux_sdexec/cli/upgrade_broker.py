@@ -11,6 +11,7 @@ would end the command without bringing service back.
 
 import os
 import signal
+import sys
 
 import flux.constants
 
@@ -21,7 +22,21 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def say(text):
     """One line of the command's progress, on stdout."""
-    print(f"upgrade: {text}", flush=True)
+    emit(f"upgrade: {text}", sys.stdout)
+
+
+def error(text):
+    """One line of what went wrong or was restored, on stderr."""
+    emit(f"flux-sdexec: upgrade: {text}", sys.stderr)
+
+
+def emit(line, stream):
+    """Print ``line``; a terminal gone (the SIGHUP of a closed session) must not stop the
+    restore, so a failed write is dropped."""
+    try:
+        print(line, file=stream, flush=True)
+    except OSError:
+        pass
 
 
 class Failure(Exception):

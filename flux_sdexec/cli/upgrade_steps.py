@@ -8,12 +8,11 @@ waits for answers still owed, then asks the ranks what they run and acts on that
 """
 
 import os
-import sys
 import time
 
 from flux_sdexec.cli import upgrade_plan as plan
 from flux_sdexec.cli import upgrade_startup as startup
-from flux_sdexec.cli.upgrade_broker import Failure, say
+from flux_sdexec.cli.upgrade_broker import Failure, error, say
 
 REASON = "flux sdexec upgrade"
 # published once job-exec is loaded again: each sdexec starts the hold of the records it
@@ -252,7 +251,7 @@ def failures(answers):
 
 
 def restored(what):
-    print(f"flux-sdexec: upgrade: restored: {what}", file=sys.stderr, flush=True)
+    error(f"restored: {what}")
 
 
 def named(name):
