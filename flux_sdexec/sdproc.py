@@ -87,6 +87,8 @@ class SdProc:
         self.waiter_parked = False  # it came while the process ran (waits.py: the grace)
         self.answered_to = None  # the wait request last answered, during its grace (waits.py)
         self.held = False  # a zombie no waiter is known for, kept for a while (waits.py)
+        self.revived = False  # collectable again after its answer may have been lost (waits.py)
+        self.before_first_wait = adopted  # no sdexec.wait came since load (waits.py: the hold)
         self.grace = None  # the adapter's grace timer (ArmGrace)
         self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
         self.state = ProcState.STARTING  # where the process is (table.py)
@@ -165,6 +167,13 @@ class SdProc:
         """Listed and found by pid or label (an answered one only waits out its grace, a
         releasing one is only being let go)."""
         return self.state not in (ProcState.ANSWERED, ProcState.RELEASING, ProcState.DONE)
+
+    @property
+    def label_free(self):
+        """A wait has given its status already: its label goes to a new exec (waits.py)."""
+        if self.state is ProcState.ZOMBIE:
+            return self.revived
+        return self.state in (ProcState.ANSWERED, ProcState.RELEASING, ProcState.DONE)
 
     @property
     def finished(self):

@@ -14,6 +14,7 @@ import json
 from flux_sdexec import handoff, settle, unitstate
 from flux_sdexec.adapters import adopt, cgroup
 from flux_sdexec.adapters.actions import ActionRunner
+from flux_sdexec.adapters.after_release import StartsAfterRelease
 from flux_sdexec.adapters.mapper_client import MapperLookups
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.outbox import Outbox
@@ -105,6 +106,7 @@ class SdexecService:
             sender_of,
             lambda: self.debug,
         )
+        self.after_release = StartsAfterRelease(self.serve, self.responder.respond_error, sender_of)
         guard.stop(self.bridge, self.log, self.guard)
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
         self.bus.pump()
@@ -126,6 +128,7 @@ class SdexecService:
             self.calls.started(p.unit.name)
             if p.state is ProcState.DONE:
                 self.registry.remove(p)
+                self.after_release.gone(p.unit.name)
         if pump:
             self.bus.pump()
 
@@ -195,6 +198,7 @@ class SdexecService:
                 f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
             )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
+        self.after_release.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         for p in self.registry:
