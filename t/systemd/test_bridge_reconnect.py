@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from flux_sdexec.errors import UnitError
+
 from conftest import WAIT_TIMEOUT
 from test_bridge_async import Replies
 
@@ -95,3 +97,23 @@ def test_subscribed_once_the_manager_answers_and_signals_flow(sd):
         sd.bridge.pump()
     sd.start([SLEEP, "0"], unit=unit)
     sd.wait_state(unit, "active", "exited")
+
+
+def test_drop_fails_pending_calls_and_reconnect_restores(sd):
+    """drop() (a pump that keeps failing) gives the connection up like a loss: each pending
+    call is answered ECONNRESET once, calls and pump() raise it, reconnect() restores."""
+    replies, reads = Replies(), Reads()
+    unit = sd.start([SLEEP, "100"])
+    sd.wait_state(unit, "active", "running")
+    sd.bridge.get_unit(unit, on_reply=replies("lookup"))
+    sd.bridge.read_unit(unit, reads("read"))
+    sd.bridge.drop()
+    assert replies.got == {"lookup": (errno.ECONNRESET, "lost connection to systemd")}
+    assert reads.got == {"read": ((errno.ECONNRESET, "lost connection to systemd"), None)}
+    for call in (sd.bridge.pump, lambda: sd.bridge.read_unit(unit, reads("never"))):
+        with pytest.raises(UnitError) as exc:
+            call()
+        assert exc.value.errno == errno.ECONNRESET
+    sd.bridge.reconnect()
+    sd.bridge.read_unit(unit, reads("again"))
+    assert reads.wait(sd, "again")[0][1]["SubState"] == "running"
