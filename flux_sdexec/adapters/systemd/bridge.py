@@ -19,9 +19,9 @@ The split (measured, see README "Performance"):
   through dbus-daemon, and systemd skips the bus lookups it makes for each job's requester:
   a unit's start-to-EOF cycle measured 3.3 ms instead of 4.0 ms. A private connection gets
   every signal of the manager, unasked; pump() drops what is not a watched unit's.
-- Rare calls, on pystemd (rare.py, its own connection): listing units and reading all of
-  a unit's properties (adoption, unload), which need a general D-Bus decoder; signals and
-  answers then come over two connections: pump() before them. After a reconnect,
+- Rare calls, on pystemd (rare.py, its own connection): listing units (adoption, unload)
+  and reading all of a unit's properties (adoption) need a general D-Bus decoder; signals
+  and answers then come over two connections: pump() before them. After a reconnect,
   ``read_unit`` reads the tracked properties on the hot path, in order with the signals.
 
 Things the owner must know (systemd 252 user mode, see t/systemd):
