@@ -117,10 +117,7 @@ class Requests:
             for channel in (p.in_, *p.outputs):
                 if channel.io is not None:
                     channel.io.release_remote()  # kept until now for a repeat of the start
-            if p.unit.name in svc.unread:  # found after a reconnect: catch up on it now
-                svc.read_unit(p)
             return
-        svc.unread.discard(p.unit.name)
         if error.errno in (errno.ETIMEDOUT, errno.ENOSYS):  # out of budget, or unloading
             svc.sweeper.sweep(p.unit.name, f"exec failed: {error.strerror}")
         code = errno.EINVAL if error.errno == errno.EROFS else error.errno  # unknown property
