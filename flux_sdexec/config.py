@@ -21,7 +21,7 @@ READ_KEYS = {
     "sdexec.mapper-searchpath": "flux_sdexec/mapper/service.py",
     "sdexec.allowed-devices": "flux_sdexec/mapper/service.py",
     "exec.sdexec-properties": "flux_sdexec/mapper/service.py",
-    "exec.method": "flux_sdexec/cli/upgrade.py",
+    "exec.method": "flux_sdexec/cli/upgrade_steps.py",
 }
 # Keys flux-core reads whose meaning flux-sdexec changes or relies on (documented there too).
 FLUX_CORE_KEYS = (

@@ -45,6 +45,8 @@ from flux_sdexec.events import (
     Unloading,
     WaitRequested,
     WaiterGone,
+    HoldsStart,
+    LabelReused,
 )
 from flux_sdexec.states import ESCALATING, LIVE, Phase, ProcState
 
@@ -115,5 +117,9 @@ row(LIVE, GraceExpired, [None, RELEASING, DONE], w.grace_expired)
 row(ESCALATING, JobGone, [None], o.job_gone)
 row([ZOMBIE], JobGone, [ZOMBIE, RELEASING, DONE], o.job_gone)
 row([ANSWERED, RELEASING], JobGone, [None], h.same)
+# a new exec takes the label of a record whose status was given: it goes at once
+row(LIVE, LabelReused, [None, RELEASING, DONE], w.label_reused)
+# an adopted record's hold counts from the first wait since load (waits.py)
+row(LIVE, HoldsStart, [None], w.holds_start)
 # unload answers what is owed (ENOSYS) and lets the unit go
 row(LIVE, Unloading, [DONE], h.unloading)

@@ -24,7 +24,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 if (_ROOT / "flux_sdexec" / "__init__.py").is_file():
     sys.path.insert(0, str(_ROOT))
 
-from flux.brokermod import BrokerModule, request_handler  # noqa: E402
+from flux.brokermod import BrokerModule, event_handler, request_handler  # noqa: E402
 
 from flux_sdexec import config, naming  # noqa: E402
 from flux_sdexec.adapters.brokerstate import broker_state  # noqa: E402
@@ -123,6 +123,11 @@ class SdexecModule(BrokerModule):
     @request_handler("disconnect")
     def disconnect(self, msg):
         guarded(self.log, "disconnect", self.requests.disconnect)(msg)  # never answered
+
+    @event_handler("job-exec-loaded")
+    def job_exec_loaded(self, msg):
+        """Published by ``flux sdexec upgrade`` once job-exec is loaded again."""
+        guarded(self.log, "job-exec-loaded", self.requests.start_holds)("job-exec loaded")
 
     @request_handler("config-reload")
     def config_reload(self, msg):

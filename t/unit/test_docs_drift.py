@@ -41,6 +41,7 @@ def mentions(text, word):
 def _stub_flux(monkeypatch):
     names = {"flux": {}, "flux.job": {"JobID": object}, "flux.hostlist": {"Hostlist": object}}
     names["flux.idset"] = {"IDset": object}
+    names["flux.constants"] = {}
     for name, attrs in names.items():
         module = types.ModuleType(name)
         module.__dict__.update(attrs)
