@@ -14,16 +14,18 @@ EXEC_FAILURE_STATUSES = range(200, 244)  # systemd's EXIT_* codes (203 = EXIT_EX
 CLD_EXITED, CLD_KILLED = 1, 2  # ExecMainCode; CLD_DUMPED (3) is reported like an exit
 
 
-def forget_call(active_state):
+def forget_call(active_state, queued=False):
     """The one policy for making systemd forget a loaded unit: the call due in ``active_state``.
 
     A failed unit stays loaded until ResetFailedUnit. An active (or activating) one must
     be stopped first, and may then end failed and need the reset; a deactivating one is on
-    its way. Returns "reset-failed", "stop" or None.
+    its way. An inactive one is gone, unless its start job may still be ``queued`` (it has
+    not run since its start was taken): StopUnit in mode "replace" cancels that job, where
+    nothing sent would let it run later. Returns "reset-failed", "stop" or None.
     """
     if active_state == "failed":
         return "reset-failed"
-    if active_state in ("active", "activating", "reloading"):
+    if active_state in ("active", "activating", "reloading") or queued:
         return "stop"
     return None
 
@@ -63,14 +65,21 @@ class Unit:
         return c
 
     def update(self, props):
-        """Merge one signal's properties; return True if anything we track changed."""
-        before = (self.active_state, self.sub_state, self.pid, self.code, self.result)
+        """Merge one signal's properties; return True if anything we track changed.
+
+        LoadState "not-found" (a GetAll answer, never a signal) says systemd has forgotten
+        a unit whose start it took: it ran and is gone (the adapters read it only then).
+        """
+        u = self
+        before = (u.active_state, u.sub_state, u.pid, u.code, u.result, u.left_inactive)
         state = props.get("ActiveState")
         if state is not None:
             self.active_state = state if state in ACTIVE_STATES else "unknown"
             self.left_inactive |= self.active_state not in ("inactive", "unknown")
         if "SubState" in props:
             self.sub_state = props["SubState"]
+        if props.get("LoadState") == "not-found":
+            self.active_state, self.sub_state, self.left_inactive = "inactive", "dead", True
         pid = props.get("ExecMainPID")
         if self.pid is None and pid:
             self.pid = pid
@@ -80,7 +89,7 @@ class Unit:
             self.code, self.status = code, status
         if self.result is None and props.get("Result", "success") != "success":
             self.result = props["Result"]
-        return before != (self.active_state, self.sub_state, self.pid, self.code, self.result)
+        return before != (u.active_state, u.sub_state, u.pid, u.code, u.result, u.left_inactive)
 
     @property
     def state(self):

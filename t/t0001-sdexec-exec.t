@@ -296,6 +296,39 @@ test_expect_success 'a request routed from rank 1 to rank 0 is refused' '
 	test_expect_code 126 flux exec -r 1 $sdexec -r 0 true 2>remote.err &&
 	grep "Remote sdexec requests are not allowed on rank 0" remote.err
 '
+# A Python client can send a lone surrogate (json.dumps escapes it as \ud800, which
+# json.loads takes back), which no D-Bus string can carry: refused with EINVAL, once
+# (issue 22 finding 6; that the budget never answers it a second time is for
+# t/unit/test_calls.py to show).
+cat >surrogate.py <<'EOF'
+import json
+import sys
+
+import flux
+from flux.constants import FLUX_RPC_STREAMING
+
+where = sys.argv[1]
+cmd = {"cmdline": ["/bin/echo", "x"], "env": {}, "opts": {}, "channels": []}
+if where == "argv":
+    cmd["cmdline"][1] = "\ud800"
+elif where == "env":
+    cmd["env"]["X"] = "\ud800"
+else:
+    cmd["opts"]["SDEXEC_PROP_Description"] = "\ud800"
+payload = json.dumps({"cmd": cmd, "flags": 0})  # ASCII: flux's own encoding would refuse it
+f = flux.Flux().rpc("sdexec.exec", payload, 0, FLUX_RPC_STREAMING)
+try:
+    sys.exit(f"answered: {f.get()}")
+except OSError as exc:
+    print(exc.errno, exc.strerror)
+EOF
+for where in argv env property; do
+	test_expect_success "a lone surrogate in the $where gets one EINVAL" "
+		flux python surrogate.py $where >surrogate.out &&
+		test_debug 'cat surrogate.out' &&
+		grep '^22 StartTransientUnit: .* surrogates not allowed' surrogate.out
+	"
+done
 test_expect_success 'no unit of this instance is left' '
 	sdexec_check_no_units
 '

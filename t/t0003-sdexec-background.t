@@ -339,6 +339,47 @@ test_expect_success 'sdexec works on rank 1 after the reload' '
 	$sdexec -r 1 true &&
 	! tracked stubborn 1
 '
+# A label is free again once a wait has given the status, as in flux-core's C module.
+test_expect_success 'the label of a process flux sproc wait collected is free at once' '
+	$sdexec -r 0 --bg --waitable --label=again \
+		sh -c "while ! test -e again.gate; do sleep 0.1; done; exit 3" &&
+	{ flux python waiter.py park again 0 again.ready >again.out & } &&
+	wpid=$! &&
+	sdexec_wait_until test -e again.ready &&
+	touch again.gate &&
+	wait $wpid &&
+	grep -x "status 768" again.out &&
+	$sdexec -r 0 --bg --waitable --label=again sh -c "exit 4" &&
+	test_expect_code 4 $sproc_wait -r 0 again &&
+	flux dmesg | grep "again\[[0-9]*\]: label taken by a new exec, let go"
+'
+# reuse.py LABEL RANK: on one handle, park a wait on LABEL, open its gate, print the
+# status; at once (within the answer grace) start a new LABEL, and print its status.
+cat >reuse.py <<'EOF'
+import sys
+
+import flux
+import flux.subprocess as sp
+
+label, rank = sys.argv[1], int(sys.argv[2])
+h = flux.Flux()
+rpc = sp.wait(h, label=label, service="sdexec", nodeid=rank)
+sp.list(h, service="sdexec", nodeid=rank).get()
+open(label + ".gate", "w").close()
+print("status", rpc.get_status(), flush=True)
+cmd = ["sh", "-c", "exit 5"]
+sp.rexec_bg(h, cmd, label=label, waitable=True, service="sdexec", nodeid=rank).get_pid()
+print("status", sp.wait(h, label=label, service="sdexec", nodeid=rank).get_status())
+EOF
+test_expect_success 'a new exec takes the label within the answer grace, its client connected' '
+	$sdexec -r 1 --bg --waitable --label=grace \
+		sh -c "while ! test -e grace.gate; do sleep 0.1; done; exit 3" &&
+	flux python reuse.py grace 1 >grace.out &&
+	printf "status 768\nstatus 1280\n" >grace.expected &&
+	test_cmp grace.expected grace.out &&
+	flux exec -r 1 flux dmesg | grep "grace\[[0-9]*\]: label taken by a new exec, let go"
+'
+
 test_expect_success 'no unit of this instance is left' '
 	sdexec_check_no_units
 '

@@ -102,14 +102,18 @@ class ActionRunner:
                 channel.io.close()
 
     def stop_unit(self, p, a):
-        self.quietly(p, "stop", self.svc.bridge.stop_unit, p.unit.name, sweep=True)
+        # "replace" cancels a start job still queued, where "fail" is refused
+        self.quietly(p, "stop", self.svc.bridge.stop_unit, p.unit.name, mode="replace")
 
     def reset_failed_unit(self, p, a):
-        self.quietly(p, "reset-failed", self.svc.bridge.reset_failed_unit, p.unit.name, sweep=True)
+        self.quietly(p, "reset-failed", self.svc.bridge.reset_failed_unit, p.unit.name)
 
     def kill_unit(self, p, a):
-        what = f"kill main (signal {a.signum})"
-        self.quietly(p, what, self.svc.bridge.kill_unit, p.unit.name, a.signum)
+        """KillUnit settled as sdexec.kill's (calls.py): one lost to a reconnect goes again."""
+        svc, what = self.svc, f"kill main (signal {a.signum})"
+        if svc.debug:
+            svc.log.debug(f"{what} {p.unit.name}")
+        svc.calls.kill(p.unit.name, a.signum, self._on_reply(p, what))
 
     def arm_timer(self, p, a):
         if p.stop.io is None:
@@ -147,17 +151,27 @@ class ActionRunner:
             p.grace = None
         self.close_channels(p, a)
 
-    def quietly(self, p, what, call, *args, sweep=False):
-        """Send a systemd call for ``p`` without waiting; its error is logged (at debug
-        level when the unit is gone or has nothing to act on). With ``sweep``, a call
-        refused, lost or not answered hands the unit to the sweeper (sweeper.py)."""
+    def quietly(self, p, what, call, *args, **kwargs):
+        """Send a call that makes systemd forget ``p``'s unit without waiting: one refused,
+        lost or not answered hands the unit to the sweeper (sweeper.py), which logs it."""
         svc = self.svc
         if svc.debug:
             svc.log.debug(f"{what} {p.unit.name}")
+        on_reply = self._on_reply(p, what, sweep=True)
+        try:
+            call(*args, on_reply=on_reply, timeout=svc.calls.deadline, **kwargs)
+        except UnitError as exc:
+            on_reply(exc)
+        svc.bus.sent()
+
+    def _on_reply(self, p, what, sweep=False):
+        """The reply handler of a call for ``p``: its error is logged, at debug level when
+        the unit is gone, has nothing to act on, or the module unloads (which stops it)."""
+        svc = self.svc
 
         def on_reply(exc):
             if exc is not None:
-                quiet = p.unit.gone or exc.errno in (errno.ENOENT, errno.ESRCH)
+                quiet = p.unit.gone or exc.errno in (errno.ENOENT, errno.ESRCH, errno.ENOSYS)
                 if quiet:
                     svc.log.debug(f"{what} {p.unit.name}: {exc}")
                 elif sweep:  # the sweeper logs it, and sees the unit gone
@@ -165,8 +179,4 @@ class ActionRunner:
                 else:
                     svc.log.error(f"{what} {p.unit.name}: {exc}")
 
-        try:
-            call(*args, on_reply=on_reply, timeout=svc.calls.deadline)
-        except UnitError as exc:
-            on_reply(exc)
-        svc.bus.sent()
+        return on_reply

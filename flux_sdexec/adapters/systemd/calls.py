@@ -7,8 +7,11 @@ waits at most ``settle.call_deadline(budget)``; a reply lost to a reconnect wait
 ``reconnected()``; both then look the unit up and carry on or send again, as settle.Call
 orders. After a start is taken its budget still runs until ``started()`` (its process
 runs, or the exec is over): ``on_late()`` then fails a start job systemd keeps queued.
+A send that raises anything else (a value sd-bus cannot take, such as a lone surrogate
+from a Python client) is the call's answer too: EINVAL, never a second one later.
 """
 
+import errno
 import time
 
 from flux_sdexec import settle
@@ -42,6 +45,11 @@ class _Driver:
                 return
         except UnitError as exc:  # not sent: the connection is gone, or closed
             self._order(self.call.replied(exc.errno, exc.strerror))
+            return
+        except Exception as exc:  # not sendable (UnicodeEncodeError, or a bug): refused
+            if not isinstance(exc, UnicodeError):
+                calls.log.error(f"{self.unit}: {self.call.member}: {exc!r}")
+            self._order(self.call.replied(errno.EINVAL, f"{self.call.member}: {exc}"))
             return
         calls.bus.sent()
 
@@ -90,7 +98,9 @@ class _Driver:
         self.destroy()
 
     def destroy(self):
+        self._on_late = None  # nothing is late once the driver is over
         self.calls.live.discard(self)
+        self.calls._forget_start(self)
         if self._timer is not None:
             self._timer.stop()
             self._timer.destroy()
@@ -128,17 +138,25 @@ class Calls:
         def send(on_reply, timeout):
             self.bridge.start_transient_unit(unit, props, on_reply, timeout)
 
-        self._starts[unit] = self._go(settle.START, unit, send, on_done, on_late)
+        driver = _Driver(self, settle.START, unit, send, on_done, on_late)
+        self._starts[unit] = driver  # before it is sent: a refusal may settle it at once
+        self._go(driver)
 
-    def start_awaits_reconnect(self, unit):
-        """The unit's start lost its reply with the connection and is not looked up yet."""
-        return self._starts.get(unit) in self.waiting
+    def start_unsettled(self, unit):
+        """The unit's start is not settled yet: systemd may not have the unit."""
+        driver = self._starts.get(unit)
+        return driver is not None and not driver.call.settled
 
     def started(self, unit):
         """The unit's process runs, or its exec is over: its start budget stops."""
-        driver = self._starts.pop(unit, None)
+        driver = self._starts.get(unit)
         if driver is not None:
             driver.destroy()
+
+    def _forget_start(self, driver):
+        """``driver`` (a start's, or a kill's) is over: it is no unit's start any more."""
+        if self._starts.get(driver.unit) is driver:
+            del self._starts[driver.unit]
 
     def kill(self, unit, signum, on_done):
         """KillUnit(unit, "main", signum), settled: ``on_done(error)`` once."""
@@ -146,13 +164,11 @@ class Calls:
         def send(on_reply, timeout):
             self.bridge.kill_unit(unit, signum, on_reply=on_reply, timeout=timeout)
 
-        self._go(settle.KILL, unit, send, on_done)
+        self._go(_Driver(self, settle.KILL, unit, send, on_done))
 
-    def _go(self, member, unit, send, on_done, on_late=None):
-        driver = _Driver(self, member, unit, send, on_done, on_late)
+    def _go(self, driver):
         self.live.add(driver)
         driver.go()
-        return driver
 
     def reconnected(self):
         """The connection is back: every call whose reply was lost looks its unit up."""

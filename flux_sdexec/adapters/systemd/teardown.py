@@ -26,10 +26,10 @@ def quietly(log, call, *args):
         log.debug(f"{call.__name__} {args[0]}: {exc}")
 
 
-def let_go(bridge, log, unit, active_state, mode="fail"):
+def let_go(bridge, log, unit, active_state, mode="replace"):
     """The calls of the forget policy (unitstate.forget_call) for a unit nobody will watch:
     a stopped unit may end failed, so the reset follows the stop. Mode "replace" stops a
-    unit whose start job is still queued."""
+    unit whose start job is still queued, where "fail" is refused."""
     if forget_call(active_state) == "stop":
         try:
             bridge.stop_unit(unit, mode=mode)
