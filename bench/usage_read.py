@@ -19,8 +19,12 @@ def main(n=2000):
     acc = Accounting(types.SimpleNamespace())
     acc.parent = "/app.slice"
     unit = types.SimpleNamespace(name="sdexec.service", finished=True, result=None, wait_status=0)
-    p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=time.time())
-    acc._slice = lambda p: "app-sdexec.slice"
+    p = types.SimpleNamespace(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts={}),
+        started_at=time.time(),
+        accounting_slice="app-sdexec.slice",
+    )
     rec = acc._record(p)
     start = time.perf_counter()
     for _ in range(n):

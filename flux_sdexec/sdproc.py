@@ -94,6 +94,7 @@ class SdProc:
         self.state = ProcState.STARTING  # where the process is (table.py)
         self.started_at = None  # wall-clock start (epoch s), set by the adapter; sdexec.units
         self.usage = None  # what the unit used, read at its exit (adapters/usage.py)
+        self.accounting_slice = None  # the slice of its own it runs in, if any (same)
         self.slice_stopped = False  # its accounting slice was stopped
         self.orphan = None  # why it is stopped: its job is over (orphans.py)
         self.job_seen = None  # what the last query of its job said (adapter; sdexec.units)

@@ -139,7 +139,9 @@ test_expect_success 'a job whose child is OOM-killed but which exits 0 stays suc
 '
 test_expect_success 'a waitable kept across an sdexec reload: the next sdexec stops its slice' '
 	flux exec -r 0 --service sdexec --bg --waitable --label=kept sleep 300 &&
-	slice="app-sdexec-kept\\x2d0:$SDEXEC_INSTANCE.slice" &&
+	slice=$(systemctl --user show -p Slice --value "kept-0:$SDEXEC_INSTANCE.service") &&
+	test_debug "echo $slice" &&
+	case "$slice" in app-sdexec-kept\\x2d0:${SDEXEC_INSTANCE}_*.slice) ;; *) false ;; esac &&
 	systemctl --user is-active "$slice" &&
 	flux module reload $SDEXEC_MODULE &&
 	systemctl --user is-active "$slice" &&
@@ -153,14 +155,15 @@ test_expect_success 'sdexec removed for good: the guard stops the kept units and
 	flux dmesg | sed -n "s/.*units named <label>:\\(.*\\)\\.service (glob.*/\\1/p" \
 		| head -1 >forgood.instance
 	flux module remove sdexec
-	systemctl --user is-active "app-sdexec-kept:\$(cat forgood.instance).slice" >forgood.kept
+	systemctl --user show -p Slice --value "kept:\$(cat forgood.instance).service" \
+		>forgood.slice
+	systemctl --user is-active "\$(cat forgood.slice)" >forgood.kept
 	EOT
 	flux start --test-size=1 --config-path="$SDEXEC_CONF_DIR" sh -e forgood.sh &&
-	test_debug "cat forgood.instance forgood.kept" &&
+	test_debug "cat forgood.instance forgood.slice forgood.kept" &&
 	test "$(cat forgood.kept)" = active &&
 	gone() {
-		test inactive = "$(systemctl --user is-active \
-			"app-sdexec-kept:$(cat forgood.instance).slice")"
+		test inactive = "$(systemctl --user is-active "$(cat forgood.slice)")"
 	} &&
 	sdexec_wait_until gone
 '
@@ -168,10 +171,10 @@ test_expect_success 'sdexec removed for good: the guard stops the kept units and
 left_of() {
 	for id in $(flux jobs -a -no "{id.f58plain}"); do
 		systemctl --user list-units --all --no-legend "shell-*-$id.service" \
-			"app-sdexec-shell*$id.slice"
+			"app-sdexec-shell*${id}_*.slice"
 	done
 	systemctl --user list-units --all --no-legend "*:$SDEXEC_INSTANCE.service" \
-		"app-sdexec-*:$SDEXEC_INSTANCE.slice"
+		"app-sdexec-*:${SDEXEC_INSTANCE}_*.slice"
 }
 test_expect_success 'no unit and no accounting slice of these jobs is left' '
 	sdexec_wait_until test -z "$(left_of)"

@@ -35,6 +35,7 @@ def adopt_leftovers(svc):
                 waitable=True,
             )
             p = SdProc(None, cmd, unit, adopted=True)
+            svc.accounting.adopted(p, props)
             svc.registry.add(p)
             svc.bridge.watch(unit)
             p.watching = True

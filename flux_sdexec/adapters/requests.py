@@ -77,7 +77,7 @@ class Requests:
             environment = protocol.unit_environment(req.env, svc.local_uri)
             fds = {c.name: c.io.remote_fd() for c in channels}
             props = properties.start_properties(req.cmdline, req.cwd, environment, fds, req.opts)
-            props = svc.accounting.place(unit, props, req.opts)
+            props = svc.accounting.place(p, props)
             svc.registry.add(p)
             p.started_at = time.time()
             svc.bridge.watch(unit)

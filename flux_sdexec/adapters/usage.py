@@ -46,11 +46,19 @@ class Accounting:
         self.parent = None  # app-sdexec.slice's cgroup path, learnt from the first unit seen
         self.pending = set()  # futures of commits and exceptions in flight
 
-    def place(self, unit, props, opts):
-        """``props`` of ``unit`` with its accounting slice (unchanged if the client chose a
-        slice: then nothing is read)."""
-        name = None if PREFIX + "Slice" in opts else usage.accounting_slice(unit)
-        return props if name is None else props + [("Slice", "s", name)]
+    def place(self, p, props):
+        """The start ``props`` of ``p`` with a slice of its own (unchanged if the client
+        chose a slice: then nothing is read)."""
+        if PREFIX + "Slice" not in p.cmd.opts:
+            p.accounting_slice = usage.accounting_slice(p.unit.name, os.urandom(4).hex())
+        if p.accounting_slice is None:
+            return props
+        return props + [("Slice", "s", p.accounting_slice)]
+
+    def adopted(self, p, props):
+        """An adopted unit's slice, from what systemd says (``props``)."""
+        if usage.is_accounting_slice(props.get("Slice")):
+            p.accounting_slice = props["Slice"]
 
     def observe(self, p):
         """After each input of ``p``: learn where slices are, read ``p``'s at its exit, stop
@@ -58,7 +66,7 @@ class Accounting:
         let go while active, kept for the next sdexec or abandoned, keeps its slice: the
         sdexec that stops it later stops the slice)."""
         try:
-            name = self._slice(p)
+            name = p.accounting_slice
             if name is None:
                 return
             if p.usage is None:
@@ -76,13 +84,7 @@ class Accounting:
     def slices(self, procs):
         """The accounting slices of ``procs`` (the guard of handed-over units stops them too,
         should no sdexec take the units over)."""
-        return {name for name in map(self._slice, procs) if name is not None}
-
-    def _slice(self, p):
-        """``p``'s accounting slice, None if it has none."""
-        if PREFIX + "Slice" in p.cmd.opts:
-            return None
-        return usage.accounting_slice(p.unit.name)
+        return {p.accounting_slice for p in procs if p.accounting_slice is not None}
 
     def answer(self, msg):
         """``sdexec.usage {"jobid"?: f58plain}``: the records of this rank's job shells (all
@@ -95,7 +97,7 @@ class Accounting:
             plain = job_id(p.cmd.label) or job_id(p.unit.name)
             if want is not None and plain != want:
                 continue
-            if self._slice(p) is None:
+            if p.accounting_slice is None:
                 continue
             rec = p.usage if p.usage is not None else self._record(p)
             entry = {"unit": p.unit.name, "jobid": plain, "running": p.usage is None}
@@ -136,7 +138,7 @@ class Accounting:
     def _record(self, p):
         wall = time.time() - p.started_at if p.started_at else None
         u = p.unit
-        name = self._slice(p)
+        name = p.accounting_slice
         read = self._read(f"{self.parent}/{name}")
         missing = None if self.parent is not None else UNKNOWN_PARENT
         if not u.finished:

@@ -20,21 +20,29 @@ from flux_sdexec.containment.cgroups import LEGACY, V2
 
 FIELDS = ("cpu_user_s", "cpu_sys_s", "memory_peak", "tasks_peak", "oom_kills")
 PARENT_SLICE = "app-sdexec.slice"  # every accounting slice's parent, in app.slice
+SLICE_PREFIX = "app-sdexec-"
 UNIT_NAME_MAX = 255  # systemd's longest unit name
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.")
 
 
-def accounting_slice(unit):
-    """The slice of unit ``unit`` alone: ``app-sdexec-<unit, escaped>.slice``, or None when
-    that name would be longer than systemd allows (the unit then runs without one).
+def accounting_slice(unit, token):
+    """The slice of one start of unit ``unit``: ``app-sdexec-<unit, escaped>_<token>.slice``,
+    or None when that name would be longer than systemd allows (no slice then).
 
     A ``-`` in a slice name means nesting, so the unit's name is escaped as systemd
-    escapes it (``\\x2d``); the slice sits in ``app-sdexec.slice``, in ``app.slice``.
+    escapes it (``\\x2d``); the slice sits in ``app-sdexec.slice``, in ``app.slice``. The
+    token tells two starts of one unit name apart: a label is free for a new exec while
+    the old unit's slice may still be stopping.
     """
     base = unit[: -len(".service")] if unit.endswith(".service") else unit
     escaped = "".join(c if c in _PLAIN else "\\x%02x" % ord(c) for c in base)
-    name = f"app-sdexec-{escaped}.slice"
+    name = f"{SLICE_PREFIX}{escaped}_{token}.slice"
     return name if len(name) <= UNIT_NAME_MAX else None
+
+
+def is_accounting_slice(name):
+    """Whether ``name`` (a unit's ``Slice``) is an accounting slice."""
+    return bool(name) and name.startswith(SLICE_PREFIX) and name.endswith(".slice")
 
 
 def _keyed(text):
@@ -77,7 +85,7 @@ def oom_kill_slice(record):
     for field in text.split(","):
         if field.startswith("task_memcg="):
             for part in field[len("task_memcg=") :].strip().split("/"):
-                if part.startswith("app-sdexec-") and part.endswith(".slice"):
+                if is_accounting_slice(part):
                     return part
     return None
 

@@ -17,7 +17,7 @@ from flux_sdexec.containment import cgroups, usage
 from flux_sdexec.states import ProcState
 
 UNIT = "shell-0-fA1:tb.service"
-SLICE = usage.accounting_slice(UNIT)
+SLICE = usage.accounting_slice(UNIT, "0a1b2c3d")
 PARENT = f"/app.slice/{usage.PARENT_SLICE}"
 CPU_STAT = "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\nnice_usec 0\n"
 
@@ -58,26 +58,41 @@ def record(proc, opts=None, kmsg=""):
     acc = Accounting(types.SimpleNamespace(), proc=proc, kmsg=kmsg)
     acc.parent = PARENT
     unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=0)
-    p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts=opts or {}), started_at=0)
+    p = types.SimpleNamespace(
+        unit=unit, cmd=types.SimpleNamespace(opts=opts or {}), started_at=0, accounting_slice=SLICE
+    )
     return acc._record(p)
 
 
 def test_slice_name_escapes_what_systemd_reads_as_nesting():
-    assert SLICE == "app-sdexec-shell\\x2d0\\x2dfA1:tb.slice"
-    assert usage.accounting_slice("a b/c") == "app-sdexec-a\\x20b\\x2fc.slice"
+    assert SLICE == "app-sdexec-shell\\x2d0\\x2dfA1:tb_0a1b2c3d.slice"
+    assert usage.accounting_slice("a b/c", "1") == "app-sdexec-a\\x20b\\x2fc_1.slice"
+    assert usage.is_accounting_slice(SLICE) and not usage.is_accounting_slice("app.slice")
+
+
+def proc(name=UNIT, opts=None):
+    """An SdProc as place() sees it."""
+    unit = types.SimpleNamespace(name=name)
+    return types.SimpleNamespace(
+        unit=unit, cmd=types.SimpleNamespace(opts=opts or {}), accounting_slice=None
+    )
 
 
 def test_a_unit_whose_slice_name_would_be_too_long_gets_none(tmp_path):
     long = "x" * 240 + ".service"
-    assert usage.accounting_slice(long) is None
+    assert usage.accounting_slice(long, "0a1b2c3d") is None
     acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.HYBRID), kmsg="")
-    assert acc.place(long, [("Type", "s", "exec")], {}) == [("Type", "s", "exec")]
+    p = proc(long)
+    assert acc.place(p, [("Type", "s", "exec")]) == [("Type", "s", "exec")]
+    assert p.accounting_slice is None
 
 
 def test_before_any_slice_was_located_every_figure_is_null_with_the_reason(tmp_path):
     acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
     unit = types.SimpleNamespace(name=UNIT, finished=True, result="signal", wait_status=9)
-    p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0)
+    p = types.SimpleNamespace(
+        unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0, accounting_slice=SLICE
+    )
     rec = acc._record(p)
     assert all(rec[f] is None for f in usage.FIELDS) and rec["result"] == "signal"
     assert set(rec["null_reasons"].values()) == {
@@ -182,7 +197,9 @@ def test_hybrid_oom_kills_come_from_the_kernel_log(tmp_path):
     acc = Accounting(types.SimpleNamespace(), proc=proc, kmsg=str(tmp_path / "absent"))
     acc.parent = PARENT
     unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=9)
-    p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0)
+    p = types.SimpleNamespace(
+        unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0, accounting_slice=SLICE
+    )
     rec = acc._record(p)
     assert rec["oom_kills"] is None and "/dev/kmsg" in rec["null_reasons"]["oom_kills"]
 
@@ -196,11 +213,28 @@ def test_hybrid_oom_kills_come_from_the_kernel_log(tmp_path):
     assert acc._record(p)["oom_kills"] == 2
 
 
-def test_place_adds_the_accounting_slice(tmp_path):
+def test_place_gives_each_start_a_slice_of_its_own(tmp_path):
+    """Two starts of one unit name (a label reused) get two slices; a client's is kept."""
     acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.HYBRID), kmsg="")
     props = [("MemoryMax", "t", 1 << 20)]
-    assert acc.place(UNIT, props, {}) == props + [("Slice", "s", SLICE)]
-    assert acc.place(UNIT, props, {"SDEXEC_PROP_Slice": "x.slice"}) == props
+    first, second = proc(), proc()
+    assert acc.place(first, props) == props + [("Slice", "s", first.accounting_slice)]
+    acc.place(second, props)
+    assert first.accounting_slice != second.accounting_slice
+    assert first.accounting_slice.startswith("app-sdexec-shell\\x2d0\\x2dfA1:tb_")
+    assert usage.is_accounting_slice(first.accounting_slice)
+    client = proc(opts={"SDEXEC_PROP_Slice": "x.slice"})
+    assert acc.place(client, props) == props and client.accounting_slice is None
+
+
+def test_an_adopted_unit_keeps_the_slice_systemd_says_it_is_in(tmp_path):
+    acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.HYBRID), kmsg="")
+    p = proc()
+    acc.adopted(p, {"Slice": SLICE})
+    assert p.accounting_slice == SLICE
+    old = proc()
+    acc.adopted(old, {"Slice": "app.slice"})  # started by an sdexec without accounting
+    assert old.accounting_slice is None
 
 
 class Stops:
@@ -235,6 +269,7 @@ def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
         stop_sent=stop_sent,
         reset_sent=reset_sent,
         slice_stopped=False,
+        accounting_slice=None if opts else SLICE,
     )
     acc.observe(p)
     acc.observe(p)  # once only
