@@ -17,7 +17,7 @@ DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sh
 PIP_DEPS := pytest pystemd cffi vermin
 
 .PHONY: check check-unit check-systemd check-flux check-chaos check-upstream chaos deps flux-core \
-	install demo lint
+	install demo lint site-up site-down
 
 check: check-unit check-systemd check-flux check-chaos
 
@@ -97,6 +97,14 @@ install:
 	install -D -m 0644 flux_sdexec/modules/sdexec.py $(DESTDIR)$(MODULE_DIR)/sdexec.py
 	install -D -m 0644 flux_sdexec/modules/sdexec-mapper.py $(DESTDIR)$(MODULE_DIR)/sdexec-mapper.py
 	install -D -m 0755 cmd/flux-sdexec.py $(DESTDIR)$(FLUX_CMD_DIR)/flux-sdexec.py
+
+# The site harness (t/site/, README "Deploying at a site"): as root, a system instance owned by
+# the `flux` user, its non-root systemd manager, munge and the real IMP; site-down stops it all.
+site-up:
+	t/site/site.sh up
+
+site-down:
+	t/site/site.sh down
 
 demo:
 	@scripts/prereqs.sh flux systemd python
