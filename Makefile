@@ -16,10 +16,10 @@ DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sh
 	libhwloc15 hwloc-nox
 PIP_DEPS := pytest pystemd cffi vermin
 
-.PHONY: check check-unit check-systemd check-flux check-chaos check-upstream chaos deps flux-core \
+.PHONY: check check-unit check-systemd check-flux check-chaos check-site check-upstream chaos deps flux-core \
 	install demo lint site-up site-down
 
-check: check-unit check-systemd check-flux check-chaos
+check: check-unit check-systemd check-flux check-chaos check-site
 
 check-unit:
 	@echo "== tier: unit tests (pure core)"
@@ -97,6 +97,23 @@ install:
 	install -D -m 0644 flux_sdexec/modules/sdexec.py $(DESTDIR)$(MODULE_DIR)/sdexec.py
 	install -D -m 0644 flux_sdexec/modules/sdexec-mapper.py $(DESTDIR)$(MODULE_DIR)/sdexec-mapper.py
 	install -D -m 0755 cmd/flux-sdexec.py $(DESTDIR)$(FLUX_CMD_DIR)/flux-sdexec.py
+
+# The site tier: the sharness tests in t/site/ against a site brought up for them (and taken
+# down after, also on failure). One SKIP line, saying why, where this machine cannot run it (not
+# root, no flux-security, ...); in CI (CI=true) that is a failure.
+SITE_TESTS := $(sort $(wildcard t/site/t[0-9]*.t))
+check-site:
+	@why=$$(t/site/site.sh why-not); \
+	if [ -n "$$why" ]; then \
+		if [ "$${CI:-}" = true ]; then echo "FAIL: site tier cannot run: $$why"; exit 1; fi; \
+		echo "SKIP: site tier: $$why"; \
+	else \
+		echo "== tier: site tests (system instance owned by flux, real IMP)"; \
+		scripts/prereqs.sh flux sharness systemd || exit 1; \
+		t/site/site.sh up || { t/site/site.sh down; exit 1; }; \
+		prove --timer $(SITE_TESTS); rc=$$?; \
+		t/site/site.sh down; exit $$rc; \
+	fi
 
 # The site harness (t/site/, README "Deploying at a site"): as root, a system instance owned by
 # the `flux` user, its non-root systemd manager, munge and the real IMP; site-down stops it all.

@@ -60,7 +60,7 @@ as_user_exec() {
     shift
     _home=$(site_home "$_as")
     set -- HOME="$_home" USER="$_as" LOGNAME="$_as" PATH="$SITE_PATH" LANG=C.UTF-8 \
-        FLUX_URI="$(site_uri)" "$@"
+        FLUX_URI="$(site_uri)" FLUX_EXEC_PATH_PREPEND="$SITE_SRCDIR/cmd" "$@"
     if [ "$_as" = "$SITE_USER" ]; then
         _rt=$(site_runtime_dir)
         set -- XDG_RUNTIME_DIR="$_rt" DBUS_SESSION_BUS_ADDRESS="unix:path=$_rt/bus" "$@"
