@@ -111,7 +111,7 @@ check-site:
 		echo "== tier: site tests (system instance owned by flux, real IMP)"; \
 		scripts/prereqs.sh flux sharness systemd || exit 1; \
 		t/site/site.sh up || { t/site/site.sh down; exit 1; }; \
-		prove --timer $(SITE_TESTS); rc=$$?; \
+		(cd t/site && prove --timer $(notdir $(SITE_TESTS))); rc=$$?; \
 		t/site/site.sh down; exit $$rc; \
 	fi
 

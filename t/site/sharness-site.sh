@@ -66,9 +66,16 @@ shell_units_left() {
 no_shell_units_left() {
     test -z "$(shell_units_left)"
 }
-# guest_procs USER: the live processes of USER (zombies, which pid 1 here reaps late, aside).
+# guest_procs USER: the live processes of USER in this site's cgroup subtree (other instances
+# on this machine may run the same users; zombies, which pid 1 here reaps late, aside).
 guest_procs() {
-    ps -u "$1" -o pid=,stat=,args= | awk '$2 !~ /^Z/'
+    _sub=$(site_cgroup unified)
+    for _p in $(ps -u "$1" -o pid=,stat= | awk '$2 !~ /^Z/ {print $1}'); do
+        _cg=$(sed -n 's/^0:://p' /proc/$_p/cgroup 2>/dev/null)
+        case /sys/fs/cgroup/unified$_cg in
+        "$_sub"/*) echo "$_p $(cat /proc/$_p/comm 2>/dev/null) $_cg" ;;
+        esac
+    done
 }
 no_guest_procs() {
     for _g in $SITE_GUESTS; do
