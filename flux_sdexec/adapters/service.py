@@ -105,8 +105,8 @@ class SdexecService:
             sender_of,
             lambda: self.debug,
         )
-        guard.stop(self.bridge, self.log, self.guard)
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
+        guard.stop(self.bridge, self.log, self.guard)  # after: it holds units that ended
         self.bus.pump()
 
     def feed(self, p, event, pump=False):

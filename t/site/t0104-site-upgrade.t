@@ -72,6 +72,28 @@ test_expect_success 'flux sdexec upgrade under 8 guest jobs (3 running): all com
 	check_mix &&
 	site_wait_until_t no_shell_units_left
 '
+# An IMP announces STOPPING=1 when the job is over: its unit then ends inactive, not "exited"
+# (RemainAfterExit does not hold it), and systemd unloads it at once with its status unless
+# something refers to it. Ending while sdexec is unloaded, it must still be found by the next.
+GATE=$(mktemp -d /tmp/sdexec-t0104.XXXXXX)
+chmod 0755 $GATE
+cleanup "rm -rf $GATE"
+test_expect_success 'a guest job ending (exit 0) while sdexec is unloaded completes' '
+	id=$(guest1 flux submit -N2 -n2 sh -c "while ! test -e $GATE/go; do sleep 0.1; done") &&
+	guest1 flux job wait-event -t $T -p exec $id shell.start &&
+	owner flux module remove job-exec &&
+	owner flux exec -r all flux module remove sdexec &&
+	touch $GATE/go &&
+	site_wait_until_t no_guest_procs &&
+	owner flux exec -r all flux module load $SITE_SRCDIR/flux_sdexec/modules/sdexec.py &&
+	owner flux module load job-exec &&
+	guest1 flux job wait-event -t $T $id clean &&
+	guest1 flux job eventlog $id >gated.eventlog &&
+	test_debug "cat gated.eventlog" &&
+	! grep exception gated.eventlog &&
+	test_expect_code 0 guest1 flux job status $id &&
+	site_wait_until_t no_shell_units_left
+'
 test_expect_success 'flux sdexec status after the upgrade: every rank ok' '
 	owner flux sdexec status >status.out; test $? -le 1 &&
 	test_debug "cat status.out" &&
