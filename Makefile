@@ -35,10 +35,10 @@ DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sh
 	python3-jsonschema python3-docutils munge curl ca-certificates
 PIP_DEPS := vermin
 
-.PHONY: check check-unit check-systemd check-flux check-chaos check-upstream chaos deps \
-	flux-security flux-core install demo lint man setup-check
+.PHONY: check check-unit check-systemd check-flux check-chaos check-site check-upstream chaos \
+	deps flux-security flux-core install demo lint man setup-check site-up site-down
 
-check: setup-check check-unit check-systemd check-flux check-chaos
+check: setup-check check-unit check-systemd check-flux check-chaos check-site
 
 # `make check` and `make demo` first set up what they need (scripts/setup.sh): as root on
 # Debian, what is missing is installed (make deps, then flux-security and flux-core from the
@@ -146,6 +146,31 @@ install: man
 	install -D -m 0755 cmd/flux-sdexec.py $(DESTDIR)$(FLUX_CMD_DIR)/flux-sdexec.py
 	install -D -m 0644 doc/man1/flux-sdexec.1 $(DESTDIR)$(MANDIR)/man1/flux-sdexec.1
 	install -D -m 0644 doc/man5/flux-config-sdexec.5 $(DESTDIR)$(MANDIR)/man5/flux-config-sdexec.5
+
+# The site tier: the sharness tests in t/site/ against a site brought up for them (and taken
+# down after, also on failure). One SKIP line, saying why, where this machine cannot run it (not
+# root, no flux-security, ...); in CI (CI=true) that is a failure.
+SITE_TESTS := $(sort $(wildcard t/site/t[0-9]*.t))
+check-site:
+	@why=$$(t/site/site.sh why-not); \
+	if [ -n "$$why" ]; then \
+		if [ "$${CI:-}" = true ]; then echo "FAIL: site tier cannot run: $$why"; exit 1; fi; \
+		echo "SKIP: site tier: $$why"; \
+	else \
+		echo "== tier: site tests (system instance owned by flux, real IMP)"; \
+		scripts/prereqs.sh flux sharness systemd || exit 1; \
+		t/site/site.sh up || { t/site/site.sh down; exit 1; }; \
+		(cd t/site && prove --timer $(notdir $(SITE_TESTS))); rc=$$?; \
+		t/site/site.sh down; exit $$rc; \
+	fi
+
+# The site harness (t/site/, README "Deploying at a site"): as root, a system instance owned by
+# the `flux` user, its non-root systemd manager, munge and the real IMP; site-down stops it all.
+site-up:
+	t/site/site.sh up
+
+site-down:
+	t/site/site.sh down
 
 demo:
 	@scripts/setup.sh flux systemd python

@@ -91,6 +91,13 @@ class Unit:
             self.result = props["Result"]
         return before != (u.active_state, u.sub_state, u.pid, u.code, u.result, u.left_inactive)
 
+    def found_at_load(self, props):
+        """Take a unit found at load (one GetAll, a consistent snapshot): inactive with an
+        exit status, it ran and ended while no sdexec watched it (kept loaded by the
+        predecessor's guard: an IMP's unit ends inactive, not "exited")."""
+        ended = props.get("ActiveState") == "inactive" and props.get("ExecMainCode")
+        self.left_inactive |= bool(ended)
+
     @property
     def state(self):
         """``<ActiveState>.<SubState>`` as flux-core's stats show it."""

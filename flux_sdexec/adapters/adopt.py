@@ -39,6 +39,7 @@ def adopt_leftovers(svc):
             svc.registry.add(p)
             svc.bridge.watch(unit)
             p.watching = True
+            p.unit.found_at_load(props)
             start_usec = props.get("ExecMainStartTimestamp")
             p.started_at = start_usec / 1e6 if start_usec else None
             svc.feed(p, UnitChanged(props))

@@ -116,8 +116,8 @@ class SdexecService:
         )
         self.after_release = StartsAfterRelease(self.serve, self.responder.respond_error, sender_of)
         self.orphans = OrphanWatch(self, orphan_interval)
-        guard.stop(self.bridge, self.log, self.guard)
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
+        guard.stop(self.bridge, self.log, self.guard)  # after: it holds units that ended
         self.bus.pump()
 
     def feed(self, p, event, pump=False):

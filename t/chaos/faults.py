@@ -157,6 +157,7 @@ class Injector:
         # flux exec buffers the output it relays into a pipe: the command says it started by
         # creating a file instead
         with tempfile.TemporaryDirectory(prefix="chaos-client-") as tmp:
+            os.chmod(tmp, 0o777)  # the command runs as the instance owner, maybe not us (site)
             flag = os.path.join(tmp, "started")
             cmd = ["flux", "exec", "--service", "sdexec", "-r", str(fault.rank),
                    "sh", "-c", f"touch {flag}; exec sleep 30"]  # fmt: skip

@@ -58,6 +58,10 @@ def parse_args(argv):
         help="the flux-sdexec checkout whose module is tested (default: this one)",
     )  # fmt: skip
     p.add_argument("--workdir", help="where config, logs and the result go (default: a new dir)")
+    p.add_argument(
+        "--uri",
+        help="an instance already running (the site, t/site/chaos.sh) to run in, not a new one",
+    )  # fmt: skip
     p.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]
@@ -149,16 +153,22 @@ def outer(args):
         f" LONG_STALL={args.long_stall:g}"
     )
     schedule.fault_schedule(args.seed, 1, args.kinds, args.long_stall)  # bad kinds fail here
-    render_config(workdir / "conf", args.checkout)
     result_file = workdir / "result.json"
     result_file.unlink(missing_ok=True)
     env = dict(os.environ)
     paths = [str(Path(args.checkout).resolve()), str(SRCDIR / "t"), env.get("PYTHONPATH")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    cmd = [
-        "flux", "start", "--test-size=2", f"--config-path={workdir / 'conf'}",
-        f"-Slog-filename={workdir / 'broker.log'}", "-Slog-stderr-level=1",
-        "-Slog-ring-size=100000",
+    if args.uri:
+        env["FLUX_URI"] = args.uri
+        start = []
+    else:
+        render_config(workdir / "conf", args.checkout)
+        start = [
+            "flux", "start", "--test-size=2", f"--config-path={workdir / 'conf'}",
+            f"-Slog-filename={workdir / 'broker.log'}", "-Slog-stderr-level=1",
+            "-Slog-ring-size=100000",
+        ]  # fmt: skip
+    cmd = start + [
         "flux", "python", "-m", "chaos", "--inner", f"--workdir={workdir}",
         f"--seed={args.seed}", f"--duration={args.duration}", f"--inflight={args.inflight}",
         f"--settle={args.settle}", f"--long-stall={args.long_stall}",
@@ -185,7 +195,7 @@ def outer(args):
         result = {"seed": args.seed, "duration": args.duration}
         harness_errors.append(f"the run left no result ({exc})")
     result.setdefault("harness_errors", []).extend(harness_errors)
-    if result.get("globs"):
+    if result.get("globs") and not args.uri:  # a running instance is not shut down
         result["units_left_after_shutdown"] = units_left(result["globs"])
         for unit in result["units_left_after_shutdown"]:
             say(f"left after shutdown: {unit}; stopping and resetting it")

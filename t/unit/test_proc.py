@@ -297,6 +297,25 @@ def test_adopted_finished_unit_becomes_zombie_without_responses():
     assert handle(proc, WaitRequested("w"))[0] == AnswerWait("w", 1024)
 
 
+def test_adopted_unit_found_ended_inactive_is_done_once_waited():
+    """A leftover unit found inactive/dead with its exit status (an IMP's unit: STOPPING=1
+    makes it end inactive; the predecessor's guard kept it loaded) has run and ended: the
+    wait gets the status and the record goes, with nothing left to stop (site chaos run)."""
+    proc = new(["sh"], label="L", background=True, waitable=True, adopted=True)
+    props = {
+        "ActiveState": "inactive",
+        "SubState": "dead",
+        "ExecMainPID": 9,
+        "ExecMainCode": 1,
+        "ExecMainStatus": 0,
+    }
+    proc.unit.found_at_load(props)
+    handle(proc, UnitChanged(props))
+    assert proc.state is ProcState.ZOMBIE
+    assert handle(proc, WaitRequested("w")) == [AnswerWait("w", 0), Reap()]
+    assert proc.state is ProcState.DONE
+
+
 def test_exec_failure_of_waitable_fails_the_exec_request():
     """A failure before started fails the exec request itself."""
     proc = new(["/notacmd"], background=True, waitable=True, streams=("stdout",))

@@ -1,7 +1,10 @@
 """Starting and stopping the guard unit of handed-over units (see handoff.py).
 
 The guard is one small transient unit per rank: the unload that hands units
-over starts it, the next sdexec stops it at load (it then tracks the units).
+over starts it, the next sdexec stops it at load, once it tracks the units. Its
+After= on them keeps a unit that ends meanwhile loaded, with its exit status:
+a unit whose main process sent STOPPING=1 (the IMP of a multi-user job) ends
+inactive, not "exited", and systemd would unload it at once.
 """
 
 import os
@@ -22,6 +25,7 @@ def start(bridge, log, name, broker_pid, units):
         ("Environment", "as", env),
         ("Type", "s", "exec"),
         ("CollectMode", "s", "inactive-or-failed"),
+        ("After", "as", sorted(units)),  # a reference: the units stay loaded while it runs
     ]
     try:
         bridge.start_transient_unit(name, props)
