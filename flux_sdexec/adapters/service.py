@@ -88,7 +88,8 @@ class SdexecService:
         self.watchers = Watchers(handle, log)
         self.responder = Responder(handle, log, Outbox(handle, log, self.watchers))
         self.runner = ActionRunner(self)
-        self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
+        # several brokers on one manager: the bus, which filters signals by unit
+        self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED, shared=namer.rank_suffix)
         self.bridge.open()
         self.bus = BusWatcher(self.bridge, self.watchers, log, self._catch_up)
         self.calls = Calls(self.bridge, self.bus, self.watchers, log, systemd_timeout)

@@ -19,7 +19,9 @@ The split (measured, see README "Performance"):
   manager), else over the bus. Each call, reply and signal then makes one hop instead of two
   through dbus-daemon, and systemd skips the bus lookups it makes for each job's requester:
   a unit's start-to-EOF cycle measured 3.3 ms instead of 4.0 ms. A private connection gets
-  every signal of the manager, unasked; pump() drops what is not a watched unit's.
+  every signal of the manager, unasked; pump() drops what is not a watched unit's. When
+  other brokers share the manager (``shared``) the bus comes first: its daemon filters
+  signals by unit (unitsignals.py), so each module sees its own units' only.
 - Rare calls, on pystemd (rare.py, a second connection opened when needed): listing units
   (adoption, unload) and reading all properties of a unit (adoption, after a reconnect).
   They need a general D-Bus decoder, and they are not on a latency-critical path. A unit's
@@ -55,16 +57,13 @@ from flux_sdexec.adapters.systemd.sdbus import METHOD_ERROR, SIGNAL, ffi, lib
 from flux_sdexec.adapters.systemd.sdbus_append import append, append_all, append_properties
 from flux_sdexec.adapters.systemd.sdbus_props import PropsDecoder
 from flux_sdexec.adapters.systemd.rare import RareCalls
+from flux_sdexec.adapters.systemd.unitsignals import UnitSignals
 from flux_sdexec.errors import UnitError
 
 SYSTEMD = b"org.freedesktop.systemd1"
 MANAGER_PATH = b"/org/freedesktop/systemd1"
 MANAGER = b"org.freedesktop.systemd1.Manager"
 UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
-SIGNAL_MATCH = (
-    b"type='signal',sender='org.freedesktop.systemd1',"
-    b"interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'"
-)
 CALL_TIMEOUT_SEC = 25.0  # sd-bus's default for a blocking call
 LOST = "lost connection to systemd"
 
@@ -92,8 +91,10 @@ class SystemdBridge:
     Every method that talks to systemd raises UnitError on failure.
     """
 
-    def __init__(self, on_change, tracked, user_mode=True):
+    def __init__(self, on_change, tracked, user_mode=True, shared=False):
         self._on_change = on_change
+        self._shared = shared  # other brokers share the manager: the bus first (unitsignals.py)
+        self.signals = UnitSignals()
         self._decoder = PropsDecoder(tracked)
         self._user_mode = user_mode
         self._bus = None
@@ -109,14 +110,15 @@ class SystemdBridge:
         PropertiesChanged from systemd, and Subscribe()."""
         bus = "the user bus" if self._user_mode else "the system bus"
         private = private_socket(self._user_mode)
-        for via in (private, bus) if private else (bus,):
+        order = (bus, private) if self._shared else (private, bus)
+        for via in [v for v in order if v]:
             try:
                 if via is bus:
                     self._bus = sdbus.Bus(self._user_mode)
                 else:  # refused (another user's manager, a stale socket): the bus next
                     self._bus = sdbus.Bus(address=b"unix:path=" + via.encode())
                 self._lost = False
-                self._bus.add_match(SIGNAL_MATCH)
+                self.signals.attach(self._bus, via is bus, self._watched)
                 self._call(b"Subscribe", b"", ())
                 self.via = via
                 return
@@ -128,6 +130,7 @@ class SystemdBridge:
     def close(self) -> None:
         """Drop the connections; the watched set is kept for reconnect(), pending calls
         are forgotten unanswered."""
+        self.signals.detach()
         if self._bus is not None:
             self._bus.close()
             self._bus = None
@@ -149,11 +152,14 @@ class SystemdBridge:
         return self._bus is not None and not self._lost and bool(self._bus.events() & 4)
 
     def watch(self, unit: str) -> None:
-        self._watched[sdbus.path_encode(UNIT_PREFIX, unit)] = unit
+        path = sdbus.path_encode(UNIT_PREFIX, unit)
+        self._watched[path] = unit
+        self.signals.add(path)
 
     def unwatch(self, unit: str) -> None:
         path = sdbus.path_encode(UNIT_PREFIX, unit)
         self._watched.pop(path, None)
+        self.signals.remove(path)
         self._seen.pop(path, None)
 
     def pump(self) -> None:
@@ -191,6 +197,8 @@ class SystemdBridge:
                 self._on_change(unit, props)
         elif lib.sd_bus_message_is_signal(m, b"org.freedesktop.DBus.Local", b"Disconnected"):
             self._lose(errno.ECONNRESET, LOST)
+        else:
+            self.signals.unwatched(path)
 
     def _reply(self, m, kind, cookie):
         call = self._pending.pop(cookie, None)

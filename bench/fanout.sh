@@ -1,0 +1,45 @@
+#!/bin/bash
+# Fan-out across brokers that share one systemd manager, C module vs ours.
+#
+# Usage: bench/fanout.sh [SIZE...] (default 8 16 32 64); environment: RUNS (timed launches
+# per round, default 5), ORDER (default C,ours,ours,C), C_MODULE, PY_MODULE, OUT (a file
+# that collects one JSON line per size).
+#
+# For each SIZE: `flux start --test-size=SIZE` (every broker on this host, one user manager),
+# bench/fanout.py loads each module on every rank in turn and times
+# `flux exec --service sdexec -r all true`; a table of medians and ratios follows.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(dirname "$here")
+C_MODULE=$(readlink -f "${C_MODULE:-/usr/local/lib/flux/modules/sdexec.so}")
+PY_MODULE=$(readlink -f "${PY_MODULE:-$top/flux_sdexec/modules/sdexec.py}")
+RUNS=${RUNS:-5}
+ORDER=${ORDER:-C,ours,ours,C}
+OUT=${OUT:-$(mktemp "${TMPDIR:-/tmp}/sdexec-fanout.XXXXXX")}
+sizes=${*:-8 16 32 64}
+
+[ -x "$top/t/start-user-systemd.sh" ] && eval "$("$top/t/start-user-systemd.sh")"
+export PYTHONPATH=$top${PYTHONPATH:+:$PYTHONPATH}
+echo "fanout.sh: ours $PY_MODULE (git $(git -C "$top" describe --always --dirty))" >&2
+
+for n in $sizes; do
+    timeout --kill-after=20 1200 flux start --test-size="$n" \
+        flux python "$here/fanout.py" --c-module "$C_MODULE" --py-module "$PY_MODULE" \
+        --runs "$RUNS" --order "$ORDER" >>"$OUT"
+done
+
+flux python - "$OUT" <<'EOF'
+import json, statistics, sys
+print("| brokers | C median (s) | ours median (s) | ours/C | untracked signals in Python (max/rank) |")
+print("|---|---|---|---|---|")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    med = {}
+    for kind in ("C", "ours"):
+        med[kind] = statistics.median(t for x in r["rounds"] if x["kind"] == kind for t in x["times"])
+    untracked = [v for x in r["rounds"] for v in x.get("untracked") or () if v is not None]
+    print(f"| {r['size']} | {med['C']:.3f} | {med['ours']:.3f} | {med['ours'] / med['C']:.2f} |"
+          f" {max(untracked) if untracked else '-'} |")
+EOF
+echo "fanout.sh: rows in $OUT" >&2
