@@ -24,7 +24,12 @@ DEVNULL = subprocess.DEVNULL
 
 
 def run(args, timeout=300, **kw):
-    p = subprocess.run(args, timeout=timeout, stdin=DEVNULL, capture_output=True, text=True, **kw)
+    try:
+        p = subprocess.run(
+            args, timeout=timeout, stdin=DEVNULL, capture_output=True, text=True, **kw
+        )
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"timed out after {timeout}s: {' '.join(args)}") from None
     if p.returncode != 0:
         raise BenchError(f"rc={p.returncode}: {' '.join(args)}\n{p.stderr}")
     return p.stdout
