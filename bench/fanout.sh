@@ -20,8 +20,9 @@ OUT=${OUT:-$(mktemp "${TMPDIR:-/tmp}/sdexec-fanout.XXXXXX")}
 sizes=${*:-8 16 32 64}
 
 [ -x "$top/t/start-user-systemd.sh" ] && eval "$("$top/t/start-user-systemd.sh")"
-export PYTHONPATH=$top${PYTHONPATH:+:$PYTHONPATH}
-echo "fanout.sh: ours $PY_MODULE (git $(git -C "$top" describe --always --dirty))" >&2
+# the flux_sdexec package of the module measured (PY_MODULE may be another checkout's)
+export PYTHONPATH=$(dirname "$(dirname "$(dirname "$PY_MODULE")")")${PYTHONPATH:+:$PYTHONPATH}
+echo "fanout.sh: ours $PY_MODULE (git $(git -C "$(dirname "$PY_MODULE")" describe --always --dirty 2>/dev/null || echo n/a))" >&2
 
 for n in $sizes; do
     # under the machine-wide lock of the fault tests: a stalled manager is no measurement
