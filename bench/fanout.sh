@@ -31,17 +31,5 @@ for n in $sizes; do
         --runs "$RUNS" --order "$ORDER" >>"$OUT" || echo "fanout.sh: size $n failed" >&2
 done
 
-flux python - "$OUT" <<'EOF'
-import json, statistics, sys
-print("| brokers | C median (s) | ours median (s) | ours/C | untracked signals in Python (max/rank) |")
-print("|---|---|---|---|---|")
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    med = {}
-    for kind in ("C", "ours"):
-        med[kind] = statistics.median(t for x in r["rounds"] if x["kind"] == kind for t in x["times"])
-    untracked = [v for x in r["rounds"] for v in x.get("untracked") or () if v is not None]
-    print(f"| {r['size']} | {med['C']:.3f} | {med['ours']:.3f} | {med['ours'] / med['C']:.2f} |"
-          f" {max(untracked) if untracked else '-'} |")
-EOF
+python3 "$here/fanout_table.py" "$OUT"
 echo "fanout.sh: rows in $OUT" >&2
