@@ -1,25 +1,52 @@
 # flux-sdexec: `make check` runs every test tier this machine can run and says which ran.
-PYTHON ?= python3
+# One interpreter for the broker's modules, flux's commands and the tests: flux's own (what
+# `flux python` runs), else the distribution's, which make flux-core configures flux-core with.
+ifeq ($(origin FLUX_PYTHON),undefined)
+FLUX_PYTHON := $(shell flux python -c 'import sys; print(sys.executable)' 2>/dev/null || \
+	echo /usr/bin/python3)
+endif
+PYTHON ?= $(FLUX_PYTHON)
+# The developer's Python for the lint tools (black, flake8, vermin from pip).
+DEV_PYTHON ?= python3
 PREFIX ?= /usr/local
 MODULE_DIR ?= $(PREFIX)/libexec/flux-sdexec
 FLUX_CMD_DIR ?= $(shell (flux config builtin --installed exec_path 2>/dev/null || \
 	pkg-config --variable=fluxcmddir flux-core 2>/dev/null) | cut -d: -f1)
-FLUX_PYTHON ?= $(shell flux python -c 'import sys; print(sys.executable)' 2>/dev/null || \
-	echo $(PYTHON))
 SHARNESS_TESTS := $(sort $(wildcard t/t[0-9]*.t))
-# flux-core from a release tarball (make flux-core); its build tree (FLUX_CORE_BUILD,
-# default /var/tmp/flux-sdexec/<tarball name>) serves check-upstream.
+# Man pages: reStructuredText in doc/man1 and doc/man5, built with docutils' rst2man
+# (Debian python3-docutils, PyPI docutils); installed where `man` looks under PREFIX.
+MANDIR ?= $(PREFIX)/share/man
+RST2MAN ?= rst2man
+MAN_PAGES := $(patsubst %.rst,%.1,$(wildcard doc/man1/*.rst)) \
+	$(patsubst %.rst,%.5,$(wildcard doc/man5/*.rst))
+# flux-security, then flux-core (configured with --with-flux-security and FLUX_PYTHON when
+# given, else /usr/bin/python3: not the interpreter of a flux-core already there), from release
+# tarballs; flux-core's build tree (FLUX_CORE_BUILD, default /var/tmp/flux-sdexec/<tarball
+# name>) serves check-upstream.
+FLUX_SECURITY_TARBALL ?=
 FLUX_CORE_TARBALL ?=
-export PYTHON FLUX_CORE_TARBALL
+export PYTHON FLUX_CORE_TARBALL FLUX_SECURITY_TARBALL
 
+# Debian packages: systemd and the test tools; our module's Python dependencies for the
+# distribution's python3 (flux's interpreter: pystemd, cffi, and what flux's own commands
+# import); munge, which signs jobs for flux-security's IMP.
 DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sharness perl procps \
-	libhwloc15 hwloc-nox
-PIP_DEPS := pytest pystemd cffi vermin
+	libhwloc15 hwloc-nox python3 python3-pystemd python3-cffi python3-pytest python3-yaml \
+	python3-jsonschema python3-docutils munge curl ca-certificates
+PIP_DEPS := vermin
 
-.PHONY: check check-unit check-systemd check-flux check-chaos check-upstream chaos deps flux-core \
-	install demo lint
+.PHONY: check check-unit check-systemd check-flux check-chaos check-upstream chaos deps \
+	flux-security flux-core install demo lint man setup-check
 
-check: check-unit check-systemd check-flux check-chaos
+check: setup-check check-unit check-systemd check-flux check-chaos
+
+# `make check` and `make demo` first set up what they need (scripts/setup.sh): as root on
+# Debian, what is missing is installed (make deps, then flux-security and flux-core from the
+# tarballs scripts/tarball.sh picks: FLUX_*_TARBALL, ../shared/vendor, the published URL,
+# sha256 checked), saying what and how long; otherwise nothing changes and it names the
+# commands. (`make check-unit check-systemd` run the tiers that need no flux.)
+setup-check:
+	@scripts/setup.sh python systemd sharness flux
 
 check-unit:
 	@echo "== tier: unit tests (pure core)"
@@ -78,33 +105,55 @@ check-upstream:
 	@scripts/prereqs.sh systemd python
 	eval "$$(t/start-user-systemd.sh)" && scripts/check-upstream.sh
 
-# Debian packages and pip packages the tests and the demo need (root, Debian).
+# Debian packages the module, the tests and the demo need, and vermin (pip, for the
+# developer's python3) for make lint (root, Debian).
 deps:
 	apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEB_DEPS)
-	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore $(PIP_DEPS)
+	PIP_BREAK_SYSTEM_PACKAGES=1 $(DEV_PYTHON) -m pip install -q --disable-pip-version-check \
+		--root-user-action=ignore $(PIP_DEPS)
 
-flux-core:
+# Order: flux-security before flux-core (`make deps flux-security flux-core`).
+flux-security:
+	scripts/flux-security.sh
+
+flux-core: $(if $(filter flux-security,$(MAKECMDGOALS)),flux-security)
 	scripts/flux-core.sh
 
-# The package for flux's own Python (the broker's modules and flux's commands run under it),
+# A warning (an unknown role, a broken table) fails the build: the pages stay clean.
+man: $(MAN_PAGES)
+
+doc/man1/%.1: doc/man1/%.rst
+	@command -v $(RST2MAN) >/dev/null || { echo "man: $(RST2MAN) not found;" \
+		"make deps (Debian python3-docutils) or pip install docutils" >&2; exit 1; }
+	$(RST2MAN) --halt=warning $< $@
+
+doc/man5/%.5: doc/man5/%.rst
+	@command -v $(RST2MAN) >/dev/null || { echo "man: $(RST2MAN) not found;" \
+		"make deps (Debian python3-docutils) or pip install docutils" >&2; exit 1; }
+	$(RST2MAN) --halt=warning $< $@
+
+# The package for flux's own Python (the broker's modules and flux's commands run under it;
+# a distribution's python3 is "externally managed": pip as root installs into /usr/local),
 # the module files, and `flux sdexec` in flux-core's command directory, asked of flux
 # itself (or pkg-config); FLUX_CMD_DIR=... overrides.
-install:
+install: man
 	@test -n "$(FLUX_CMD_DIR)" || { echo "install: cannot find flux's command directory" \
 		"(no flux on PATH, no flux-core.pc); set FLUX_CMD_DIR" >&2; exit 1; }
-	$(FLUX_PYTHON) -m pip install .
+	PIP_BREAK_SYSTEM_PACKAGES=1 $(FLUX_PYTHON) -m pip install --root-user-action=ignore .
 	install -D -m 0644 flux_sdexec/modules/sdexec.py $(DESTDIR)$(MODULE_DIR)/sdexec.py
 	install -D -m 0644 flux_sdexec/modules/sdexec-mapper.py $(DESTDIR)$(MODULE_DIR)/sdexec-mapper.py
 	install -D -m 0755 cmd/flux-sdexec.py $(DESTDIR)$(FLUX_CMD_DIR)/flux-sdexec.py
+	install -D -m 0644 doc/man1/flux-sdexec.1 $(DESTDIR)$(MANDIR)/man1/flux-sdexec.1
+	install -D -m 0644 doc/man5/flux-config-sdexec.5 $(DESTDIR)$(MANDIR)/man5/flux-config-sdexec.5
 
 demo:
-	@scripts/prereqs.sh flux systemd python
+	@scripts/setup.sh flux systemd python
 	eval "$$(t/start-user-systemd.sh)" && t/demo.sh
 
 # black and flake8 at 100 columns; vermin checks that setup.py's python_requires (3.9)
 # is the minimum the code needs (--eval-annotations: it also reads annotations)
 lint:
-	$(PYTHON) -m black --check -l 100 flux_sdexec t bench
-	$(PYTHON) -m flake8 --max-line-length 100 flux_sdexec t bench
+	$(DEV_PYTHON) -m black --check -l 100 flux_sdexec t bench
+	$(DEV_PYTHON) -m flake8 --max-line-length 100 flux_sdexec t bench
 	vermin --no-tips --eval-annotations --violations -t=3.9- flux_sdexec

@@ -10,5 +10,5 @@ setup(
     description="Flux sdexec subprocess service as a Python broker module",
     packages=find_packages(exclude=["t", "t.*"]),
     python_requires=">=3.9",
-    install_requires=["pystemd>=0.13", "cffi>=1.15"],
+    install_requires=["pystemd>=0.11", "cffi>=1.15"],
 )

@@ -3,10 +3,36 @@
 import errno
 import re
 
-from flux_sdexec import handoff, settle
+from flux_sdexec import handoff, orphans, settle
 from flux_sdexec.errors import RequestError
 
 _PREFIX = "error reading [systemd] config table"
+
+# Every config key flux-sdexec reads, as "table.key", and the file that reads it.
+# flux-config-sdexec(5) documents each; t/unit/test_docs_drift.py checks that, and that no
+# other key is read.
+READ_KEYS = {
+    "systemd.sdexec-debug": "flux_sdexec/config.py",
+    "systemd.sdexec-unload": "flux_sdexec/config.py",
+    "sdexec.containment-check": "flux_sdexec/config.py",
+    "sdexec.systemd-timeout": "flux_sdexec/config.py",
+    "sdexec.orphan-check-interval": "flux_sdexec/config.py",
+    "sdexec.mapper": "flux_sdexec/mapper/service.py",
+    "sdexec.mapper-searchpath": "flux_sdexec/mapper/service.py",
+    "sdexec.allowed-devices": "flux_sdexec/mapper/service.py",
+    "exec.sdexec-properties": "flux_sdexec/mapper/service.py",
+    "exec.method": "flux_sdexec/cli/upgrade_steps.py",
+}
+# Keys flux-core reads whose meaning flux-sdexec changes or relies on (documented there too).
+FLUX_CORE_KEYS = (
+    "systemd.enable",
+    "modules.sdexec.module",
+    "modules.sdexec-mapper.module",
+    "exec.service",
+    "exec.sdexec-constrain-resources",
+    "exec.sdexec-stop-timer-sec",
+    "exec.sdexec-stop-timer-signal",
+)
 
 
 def _systemd_table(conf):
@@ -110,6 +136,26 @@ def systemd_timeout(conf):
         raise RequestError(
             errno.EINVAL,
             'sdexec.systemd-timeout must be a duration above zero like "5m" or "300s": '
+            f"got {value!r}",
+        )
+    return seconds
+
+
+def orphan_check_interval(conf):
+    """``sdexec.orphan-check-interval``: the longest wait, in seconds, between two queries
+    of the job of one suspect shell (default orphans.DEFAULT_INTERVAL).
+
+    Raises:
+        RequestError: EINVAL naming the key and the accepted form.
+    """
+    value = _sdexec_table(conf).get("orphan-check-interval")
+    if value is None:
+        return orphans.DEFAULT_INTERVAL
+    seconds = duration(value)
+    if seconds is None:
+        raise RequestError(
+            errno.EINVAL,
+            'sdexec.orphan-check-interval must be a duration above zero like "10s": '
             f"got {value!r}",
         )
     return seconds

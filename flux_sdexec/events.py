@@ -78,6 +78,21 @@ class WaiterGone:
 
 
 @dataclass(frozen=True)
+class HoldsStart:
+    """A client that collects records is there: the first ``sdexec.wait`` since load
+    reached this sdexec, or ``flux sdexec upgrade`` announced job-exec's load. Fed to
+    adopted processes; ``why`` says which, for the log."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class LabelReused:
+    """A new exec asks for this record's label, whose status a wait has already given:
+    the label is free at once (as in the C module), so the record goes now."""
+
+
+@dataclass(frozen=True)
 class AnswerMaybeLost:
     """The client whose wait was just answered disconnected within the grace: the answer
     may never have been read (a module unloading as it came). ``label_taken``: another
@@ -97,6 +112,13 @@ class Unloading:
     ``keep`` leave it running for the next sdexec to adopt (see handoff.py)."""
 
     keep: bool = False
+
+
+@dataclass(frozen=True)
+class JobGone:
+    """The job of this job shell is inactive or unknown to the instance (orphans.py)."""
+
+    reason: str
 
 
 # ---- actions ----

@@ -47,6 +47,9 @@ def started(p, event, out):
         p.started_response_sent = True
         out.append(Respond(responses.started(p.unit.pid)))
     out += p.start_output()
+    if p.kill_when_started:  # its client left before the process ran
+        p.kill_when_started = False
+        out.append(KillUnit(signal.SIGKILL))
     return S.RUNNING
 
 
@@ -182,7 +185,11 @@ def stop_timer_expired(p, event, out):
 
 
 def client_gone(p, event, out):
-    if not p.cmd.background and not p.unit.gone:
+    if p.cmd.background or p.unit.gone:
+        return p.state
+    if p.unit.pid is None:  # the start job may still be queued: nothing to kill yet
+        p.kill_when_started = True
+    else:
         out.append(KillUnit(signal.SIGKILL))
     return p.state
 

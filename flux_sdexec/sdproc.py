@@ -79,6 +79,7 @@ class SdProc:
         self.stop = StopTimer()  # kill escalation
         self.post_start_check = cmd.post_start_check  # what to verify once the pid is known
         self.check_sent = False  # CheckContainment was asked for
+        self.kill_when_started = False  # a fg client left before its process ran
         self.started_response_sent = adopted  # "started" answered (or logged, background)
         self.finished_response_sent = False  # "finished" answered (or exit logged, background)
         self.error = None  # (errno, text) for the terminal response
@@ -86,10 +87,14 @@ class SdProc:
         self.waiter_parked = False  # it came while the process ran (waits.py: the grace)
         self.answered_to = None  # the wait request last answered, during its grace (waits.py)
         self.held = False  # a zombie no waiter is known for, kept for a while (waits.py)
+        self.revived = False  # collectable again after its answer may have been lost (waits.py)
+        self.before_first_wait = adopted  # no sdexec.wait came since load (waits.py: the hold)
         self.grace = None  # the adapter's grace timer (ArmGrace)
         self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
         self.state = ProcState.STARTING  # where the process is (table.py)
         self.started_at = None  # wall-clock start (epoch s), set by the adapter; sdexec.units
+        self.orphan = None  # why it is stopped: its job is over (orphans.py)
+        self.job_seen = None  # what the last query of its job said (adapter; sdexec.units)
 
     def draft(self, unit=None):
         """A copy that a handler may change; ``commit()`` adopts it if the table allows.
@@ -164,6 +169,13 @@ class SdProc:
         """Listed and found by pid or label (an answered one only waits out its grace, a
         releasing one is only being let go)."""
         return self.state not in (ProcState.ANSWERED, ProcState.RELEASING, ProcState.DONE)
+
+    @property
+    def label_free(self):
+        """A wait has given its status already: its label goes to a new exec (waits.py)."""
+        if self.state is ProcState.ZOMBIE:
+            return self.revived
+        return self.state in (ProcState.ANSWERED, ProcState.RELEASING, ProcState.DONE)
 
     @property
     def finished(self):

@@ -28,12 +28,14 @@ Pure: stdlib only.
 """
 
 from flux_sdexec import lifecycle as h
+from flux_sdexec import orphans as o
 from flux_sdexec import waits as w
 from flux_sdexec.events import (
     AnswerMaybeLost,
     ContainmentChecked,
     ClientGone,
     GraceExpired,
+    JobGone,
     OutputChunk,
     OutputClosed,
     OutputDrained,
@@ -43,6 +45,8 @@ from flux_sdexec.events import (
     Unloading,
     WaitRequested,
     WaiterGone,
+    HoldsStart,
+    LabelReused,
 )
 from flux_sdexec.states import ESCALATING, LIVE, Phase, ProcState
 
@@ -109,5 +113,13 @@ row([*ESCALATING, ZOMBIE], WaiterGone, [None], w.waiter_gone)
 # hold) that ends lets the unit go
 row([ANSWERED], AnswerMaybeLost, [ZOMBIE, RELEASING, DONE], w.answer_maybe_lost)
 row(LIVE, GraceExpired, [None, RELEASING, DONE], w.grace_expired)
+# a job shell whose job is over is stopped (orphans.py); its record, if over, let go
+row(ESCALATING, JobGone, [None], o.job_gone)
+row([ZOMBIE], JobGone, [ZOMBIE, RELEASING, DONE], o.job_gone)
+row([ANSWERED, RELEASING], JobGone, [None], h.same)
+# a new exec takes the label of a record whose status was given: it goes at once
+row(LIVE, LabelReused, [None, RELEASING, DONE], w.label_reused)
+# an adopted record's hold counts from the first wait since load (waits.py)
+row(LIVE, HoldsStart, [None], w.holds_start)
 # unload answers what is owed (ENOSYS) and lets the unit go
 row(LIVE, Unloading, [DONE], h.unloading)

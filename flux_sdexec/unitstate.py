@@ -65,14 +65,21 @@ class Unit:
         return c
 
     def update(self, props):
-        """Merge one signal's properties; return True if anything we track changed."""
-        before = (self.active_state, self.sub_state, self.pid, self.code, self.result)
+        """Merge one signal's properties; return True if anything we track changed.
+
+        LoadState "not-found" (a GetAll answer, never a signal) says systemd has forgotten
+        a unit whose start it took: it ran and is gone (the adapters read it only then).
+        """
+        u = self
+        before = (u.active_state, u.sub_state, u.pid, u.code, u.result, u.left_inactive)
         state = props.get("ActiveState")
         if state is not None:
             self.active_state = state if state in ACTIVE_STATES else "unknown"
             self.left_inactive |= self.active_state not in ("inactive", "unknown")
         if "SubState" in props:
             self.sub_state = props["SubState"]
+        if props.get("LoadState") == "not-found":
+            self.active_state, self.sub_state, self.left_inactive = "inactive", "dead", True
         pid = props.get("ExecMainPID")
         if self.pid is None and pid:
             self.pid = pid
@@ -82,7 +89,7 @@ class Unit:
             self.code, self.status = code, status
         if self.result is None and props.get("Result", "success") != "success":
             self.result = props["Result"]
-        return before != (self.active_state, self.sub_state, self.pid, self.code, self.result)
+        return before != (u.active_state, u.sub_state, u.pid, u.code, u.result, u.left_inactive)
 
     @property
     def state(self):

@@ -18,6 +18,14 @@ The hold: a zombie no client is known to wait for (revived, or of a unit adopted
 an earlier sdexec) is kept RECORD_HOLD seconds for one to ask, then let go, so that a
 record whose answer was in fact read, or whose job is over, leaves no unit behind. A
 zombie of this sdexec's own exec waits for its wait as long as it takes, as before.
+The hold of an adopted record counts from the moment a collecting client is there
+(HoldsStart: the first ``sdexec.wait`` this sdexec gets, or ``flux sdexec upgrade``
+announcing job-exec's load), not from its load: job-exec, the one that collects them,
+is loaded only after sdexec on every rank, however long the slowest rank takes; until
+then it is bounded by FIRST_WAIT_BOUND.
+A label is free for a new exec as soon as a wait has given the status (in the grace,
+or revived): the record goes then (label_reused), as flux-core's C module forgets it at
+once; the new exec waits for the old unit to go (adapters/after_release.py).
 Pure: stdlib only.
 """
 
@@ -37,6 +45,13 @@ ANSWER_GRACE = 2.0
 # short-lived client of a parked wait (flux sproc wait) revives its record as it exits,
 # so the hold is also how long such a unit stays listed.
 RECORD_HOLD = 20.0
+# Until then (the first wait, or the upgrade's announce), an adopted record is kept at
+# most this long: far
+# beyond the longest time `flux sdexec upgrade` can take from a rank's sdexec load to
+# job-exec's (its check and job-exec's load, each bounded by its 120 s --timeout, and a
+# restore), so it only matters where no wait ever comes (no job-exec, or no job on the
+# rank whose record it is): then the unit still goes.
+FIRST_WAIT_BOUND = 600.0
 
 
 def output_drained(p, event, out):
@@ -63,6 +78,8 @@ def retain_or_drop(p, out):
         return S.DONE
     if p.waiter is not None:
         return collect(p, out)
+    if p.orphan is not None:  # stopped because its job is over (orphans.py)
+        return release(p, out)
     if p.adopted:
         return hold(p, out, "no waiter after adoption")
     return S.ZOMBIE
@@ -94,14 +111,42 @@ def answer_maybe_lost(p, event, out):
     if event.label_taken:
         out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label reused, not revived"))
         return release(p, out)
+    p.revived = True
     return hold(p, out, f"its waiter left within {ANSWER_GRACE:g}s of the answer")
+
+
+def label_reused(p, event, out):
+    """A new exec asks for the label of a record whose status a wait already gave (in its
+    grace, or revived): the label is free at once, as in the C module; the record goes.
+    A record never answered (a zombie waiting for its wait) keeps it."""
+    if p.state not in (S.ANSWERED, S.ZOMBIE) or not p.label_free:
+        return p.state
+    p.answered_to, p.held = None, False
+    out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label taken by a new exec, let go"))
+    return release(p, out)
 
 
 def hold(p, out, why):
     p.held = True
-    text = f"{p.logname}[{p.pid}]: {why}: collectable for {RECORD_HOLD:g}s"
-    out += [Log(syslog.LOG_INFO, text), ArmGrace(RECORD_HOLD)]
+    if p.before_first_wait:
+        seconds = FIRST_WAIT_BOUND
+        until = f"{RECORD_HOLD:g}s after the first wait (at most {seconds:g}s)"
+    else:
+        seconds = RECORD_HOLD
+        until = f"{seconds:g}s"
+    out += [Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: {why}: collectable for {until}")]
+    out.append(ArmGrace(seconds))
     return S.ZOMBIE
+
+
+def holds_start(p, event, out):
+    """A collecting client is there: a held adopted record's hold starts now."""
+    if not p.before_first_wait:
+        return p.state
+    p.before_first_wait = False
+    if p.state is S.ZOMBIE and p.held and p.waiter is None:
+        return hold(p, out, event.why)
+    return p.state
 
 
 def grace_expired(p, event, out):
@@ -111,7 +156,8 @@ def grace_expired(p, event, out):
         return release(p, out)
     if p.state is S.ZOMBIE and p.held and p.waiter is None:
         p.held = False
-        text = f"{p.logname}[{p.pid}]: not collected within {RECORD_HOLD:g}s, let go"
+        seconds = FIRST_WAIT_BOUND if p.before_first_wait else RECORD_HOLD
+        text = f"{p.logname}[{p.pid}]: not collected within {seconds:g}s, let go"
         out.append(Log(syslog.LOG_INFO, text))
         return release(p, out)
     return p.state  # an expiry that raced with a new arm or a collect

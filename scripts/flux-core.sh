@@ -9,10 +9,12 @@
 #   FLUX_PYTHON        the Python flux-core's commands, its bindings and our module run under:
 #                      one every user can run (default /usr/bin/python3, the distribution's)
 #
-# Configured --with-flux-security when flux-security (the IMP, make flux-security) is installed.
+# Configured --with-flux-security when flux-security (the IMP, make flux-security) is installed:
+# run make flux-security first.
 #
-# Does nothing when a flux-core >= FLUX_CORE_MIN_VERSION with systemd support is installed
-# under the prefix and, if a tarball is named, its build tree is complete.
+# Does nothing when a flux-core >= FLUX_CORE_MIN_VERSION with systemd support, running FLUX_PYTHON
+# and (when flux-security is installed) built with it, is installed under the prefix and, if a
+# tarball is named, its build tree is complete. An installed one that differs is rebuilt.
 set -euo pipefail
 
 MIN_VERSION=${FLUX_CORE_MIN_VERSION:-0.88.0}
@@ -40,9 +42,25 @@ version_ok() {  # is $1 >= MIN_VERSION (numeric parts only)?
     [ "$(printf '%s\n%s\n' "$MIN_VERSION" "${1%%-*}" | sort -V | head -1)" = "$MIN_VERSION" ]
 }
 
+mismatch() {  # why the installed flux-core does not fit what this script builds, if it does not
+    local py
+    py=$("$PREFIX/bin/flux" python -c 'import sys; print(sys.executable)' 2>/dev/null) || py=none
+    [ "$(readlink -f "$py")" = "$(readlink -f "$PYTHON")" ] || { echo "runs Python $py, not $PYTHON"; return; }
+    if pkg-config --exists flux-security 2>/dev/null &&
+        ! "$PREFIX/bin/flux" version 2>/dev/null | grep -q '^libflux-security:'; then
+        echo "was built without flux-security, which is installed now"
+    fi
+}
+
 have=$(installed_version || true)
 if [ -n "$have" ] && ! version_ok "$have"; then
     say "$PREFIX/bin/flux is $have, older than $MIN_VERSION: building"
+    have=
+fi
+why=$([ -z "$have" ] || mismatch)
+if [ -n "$why" ]; then
+    [ -n "$TARBALL" ] || die "$PREFIX/bin/flux $have $why; set FLUX_CORE_TARBALL=<release tarball> to rebuild it"
+    say "$PREFIX/bin/flux $have $why: building"
     have=
 fi
 if [ -z "$TARBALL" ]; then

@@ -2,27 +2,52 @@
 # Check what a make target needs and name the command that provides what is missing.
 #
 # Usage: scripts/prereqs.sh python|systemd|flux|sharness ...
-#   python    PYTHON (default python3) imports pystemd, pytest and cffi
+#   python    the tests' PYTHON imports pystemd, pytest and cffi, and flux's interpreter
+#             (FLUX_PYTHON, default what `flux python` runs), which runs our module, pystemd and cffi
 #   systemd   the binaries t/start-user-systemd.sh starts (systemd --user, dbus-daemon)
-#   flux      flux-core >= 0.88 with systemd support on PATH
+#   flux      flux-core >= 0.88 with systemd support on PATH, its interpreter one every user can run
 #   sharness  Debian's sharness library and prove
 # Exits 1 after listing every missing piece; prints nothing when all is there.
 set -u
-PYTHON=${PYTHON:-python3}
+FLUX_PYTHON=${FLUX_PYTHON:-$(flux python -c 'import sys; print(sys.executable)' 2>/dev/null ||
+    echo /usr/bin/python3)}
+PYTHON=${PYTHON:-$FLUX_PYTHON}
 missing=0
 need() {
     echo "missing: $1" >&2
     echo "    fix: $2" >&2
     missing=1
 }
+# need_module PY MOD: PY imports MOD, else name the package that provides it
+need_module() {
+    "$1" -c "import $2" 2>/dev/null && return
+    case $1 in
+    /usr/bin/*) need "Python package $2 for $1" "make deps (or: apt-get install python3-$2)" ;;
+    *) need "Python package $2 for $1" "$1 -m pip install $2" ;;
+    esac
+}
+# world_runnable PATH: every user can reach and run PATH (no mode-700 home on the way)
+others_x() { (( 0$(stat -c %a "$1") & 1 )); }
+world_runnable() {
+    local p
+    p=$(readlink -f "$1") || return 1
+    others_x "$p" || return 1
+    while p=$(dirname "$p") && [ "$p" != / ]; do
+        others_x "$p" || return 1
+    done
+}
 
 for what in "$@"; do
     case $what in
     python)
         for mod in pystemd pytest cffi; do
-            "$PYTHON" -c "import $mod" 2>/dev/null ||
-                need "Python package $mod for $PYTHON" "make deps (or: $PYTHON -m pip install $mod)"
+            need_module "$PYTHON" $mod
         done
+        if [ "$(readlink -f "$FLUX_PYTHON")" != "$(readlink -f "$PYTHON")" ]; then
+            for mod in pystemd cffi; do
+                need_module "$FLUX_PYTHON" $mod
+            done
+        fi
         ;;
     systemd)
         [ -x /lib/systemd/systemd ] && command -v dbus-daemon >/dev/null ||
@@ -36,6 +61,12 @@ for what in "$@"; do
         elif ! flux version 2>/dev/null | grep -q '+systemd'; then
             need "flux-core built with systemd support ($(command -v flux) lacks +systemd)" \
                 "make flux-core FLUX_CORE_TARBALL=<flux-core release tarball>  (see README)"
+        elif ! py=$(flux python -c 'import sys; print(sys.executable)' 2>/dev/null); then
+            need "flux's Python (flux python fails)" \
+                "make flux-core FLUX_CORE_TARBALL=<flux-core release tarball>  (see README)"
+        elif ! world_runnable "$py"; then
+            need "flux-core built with a Python every user can run ($py is not)" \
+                "make flux-core FLUX_CORE_TARBALL=<tarball>  (rebuilds it on /usr/bin/python3)"
         fi
         ;;
     sharness)

@@ -335,46 +335,51 @@ test_expect_success 'a collected unit with a TERM-ignoring child goes away' '
 	test_debug "systemctl --user list-units --all --plain --no-legend $u" &&
 	sdexec_unit_gone $u
 '
-# job_queued UNIT: systemd has a job queued for UNIT. unloaded UNIT: systemd forgot UNIT.
-job_queued() {
-	test -n "$(systemctl --user show -p Job --value "$1")"
-}
-unloaded() {
-	test "$(systemctl --user show -p LoadState --value "$1")" = not-found
-}
-# A start systemd took whose job waits (in a slice ordered after a unit whose
-# ExecStartPre sleeps): the unit is loaded and inactive. Unload must cancel that
-# job; left queued, it runs after sdexec has gone and, with RemainAfterExit, the
-# unit stays loaded for good (issue 22 finding 5).
-test_expect_success 'module remove cancels a start job still queued' '
-	u=queued-unload:$SDEXEC_INSTANCE.service &&
-	blk=blk-$SDEXEC_INSTANCE &&
-	test_when_finished "systemctl --user stop $blk-pre.service $blk.slice $u;
-		systemctl --user reset-failed $blk-pre.service $u 2>/dev/null;
-		flux exec -r 1 flux module load $SDEXEC_MODULE" &&
-	systemd-run --user --no-block --unit=$blk-pre.service \
-		-p ExecStartPre="/bin/sleep 120" /bin/true &&
-	busctl --user call org.freedesktop.systemd1 /org/freedesktop/systemd1 \
-		org.freedesktop.systemd1.Manager StartTransientUnit "ssa(sv)a(sa(sv))" \
-		$blk.slice replace 1 After as 1 $blk-pre.service 0 &&
-	{ $sdexec -r 1 --setopt=SDEXEC_NAME=$u --setopt=SDEXEC_PROP_Slice=$blk.slice \
-		true 2>queued.err & } &&
-	qpid=$! &&
-	sdexec_wait_until job_queued $u &&
-	flux exec -r 1 flux module remove sdexec &&
-	test_must_fail wait $qpid &&
-	test_debug "cat queued.err" &&
-	grep unloading queued.err &&
-	! job_queued $u &&
-	unloaded $u &&
-	systemctl --user stop $blk-pre.service &&
-	sdexec_wait_until sdexec_unit_is $blk.slice active &&
-	unloaded $u
-'
 test_expect_success 'sdexec works on rank 1 after the reload' '
 	$sdexec -r 1 true &&
 	! tracked stubborn 1
 '
+# A label is free again once a wait has given the status, as in flux-core's C module.
+test_expect_success 'the label of a process flux sproc wait collected is free at once' '
+	$sdexec -r 0 --bg --waitable --label=again \
+		sh -c "while ! test -e again.gate; do sleep 0.1; done; exit 3" &&
+	{ flux python waiter.py park again 0 again.ready >again.out & } &&
+	wpid=$! &&
+	sdexec_wait_until test -e again.ready &&
+	touch again.gate &&
+	wait $wpid &&
+	grep -x "status 768" again.out &&
+	$sdexec -r 0 --bg --waitable --label=again sh -c "exit 4" &&
+	test_expect_code 4 $sproc_wait -r 0 again &&
+	flux dmesg | grep "again\[[0-9]*\]: label taken by a new exec, let go"
+'
+# reuse.py LABEL RANK: on one handle, park a wait on LABEL, open its gate, print the
+# status; at once (within the answer grace) start a new LABEL, and print its status.
+cat >reuse.py <<'EOF'
+import sys
+
+import flux
+import flux.subprocess as sp
+
+label, rank = sys.argv[1], int(sys.argv[2])
+h = flux.Flux()
+rpc = sp.wait(h, label=label, service="sdexec", nodeid=rank)
+sp.list(h, service="sdexec", nodeid=rank).get()
+open(label + ".gate", "w").close()
+print("status", rpc.get_status(), flush=True)
+cmd = ["sh", "-c", "exit 5"]
+sp.rexec_bg(h, cmd, label=label, waitable=True, service="sdexec", nodeid=rank).get_pid()
+print("status", sp.wait(h, label=label, service="sdexec", nodeid=rank).get_status())
+EOF
+test_expect_success 'a new exec takes the label within the answer grace, its client connected' '
+	$sdexec -r 1 --bg --waitable --label=grace \
+		sh -c "while ! test -e grace.gate; do sleep 0.1; done; exit 3" &&
+	flux python reuse.py grace 1 >grace.out &&
+	printf "status 768\nstatus 1280\n" >grace.expected &&
+	test_cmp grace.expected grace.out &&
+	flux exec -r 1 flux dmesg | grep "grace\[[0-9]*\]: label taken by a new exec, let go"
+'
+
 test_expect_success 'no unit of this instance is left' '
 	sdexec_check_no_units
 '

@@ -52,7 +52,7 @@ r_local() {
 }
 # ids IDSET-OR-LIST: the ids of "0-2,5" or "5,0,1,2", one per line, sorted.
 ids() {
-	python3 -c 'import sys
+	flux python -c 'import sys
 out = set()
 for part in filter(None, sys.argv[1].split(",")):
     lo, _, hi = part.partition("-")
@@ -81,13 +81,13 @@ test_expect_success 'stats show our default mapper and the allowed devices' '
 test_expect_success 'save rank 1 topology and the job core count' '
 	flux python -c "import flux; print(flux.Flux().rpc(\"resource.topo-get\", nodeid=1).get_str())" \
 		>topo1.xml &&
-	total=$(python3 -m flux_sdexec.map --xml topo1.xml | jq -r .AllowedCPUs) &&
+	total=$(flux python -m flux_sdexec.map --xml topo1.xml | jq -r .AllowedCPUs) &&
 	ids "$total" | wc -l >pus.total
 '
 test_expect_success 'lookup maps core 0 of rank 1 as the CLI does, memory scaled, devices added' '
 	lookup 1 "$(r_local 1 0)" >lookup.out &&
 	test_debug "cat lookup.out" &&
-	python3 -m flux_sdexec.map --xml topo1.xml --cores 0 >cli.out &&
+	flux python -m flux_sdexec.map --xml topo1.xml --cores 0 >cli.out &&
 	jq -e ".AllowedCPUs == $(jq .AllowedCPUs cli.out)" lookup.out &&
 	jq -e ".AllowedMemoryNodes == $(jq .AllowedMemoryNodes cli.out)" lookup.out &&
 	jq -e ".DevicePolicy == \"closed\" and .DeviceAllow == \"/dev/null rw\"" lookup.out &&

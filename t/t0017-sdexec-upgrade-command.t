@@ -176,6 +176,77 @@ test_expect_success 'a reload that fails brings service back: old module, job-ex
 	sdexec_check_no_units
 '
 
+# service_back: what an interrupted upgrade must leave: sdexec from the checkout on both
+# ranks, job-exec loaded with bgexec, the default queue scheduling.
+service_back() {
+	flux exec -r all flux module list -l >modules.out &&
+	test $(grep -c "^sdexec .* $SDEXEC_MODULE\$" modules.out) -eq 2 &&
+	job_exec_method bgexec &&
+	scheduling_started
+}
+# The upgrade in the background with SIGINT at its default action (a shell's background
+# job has it ignored; a terminal's Ctrl-C finds it at its default).
+upgrade_bg() {
+	env --default-signal=INT $upgrade >$1.out 2>$1.err &
+	echo $! >$1.pid
+}
+test_expect_success 'SIGINT while it waits for a job in its startup window: service back' '
+	rm -f startup.gate &&
+	id=$(flux submit -N2 -n2 -o userrc=$SLOW_RC sh -c "exit 4") &&
+	wait_event $id start &&
+	upgrade_bg int &&
+	sdexec_wait_until grep -q "waiting for 1 job(s) in their startup window: $id" int.out &&
+	kill -INT $(cat int.pid) &&
+	test_expect_code 130 wait $(cat int.pid) &&
+	test_debug "cat int.out int.err" &&
+	grep "flux-sdexec: upgrade: interrupted by SIGINT" int.err &&
+	grep "restored: queues started" int.err &&
+	! grep "restoring:" int.err &&
+	service_back &&
+	touch startup.gate &&
+	wait_event $id clean &&
+	test_expect_code 4 flux job status $id &&
+	! flux job eventlog $id | grep exception
+'
+test_expect_success 'SIGTERM while sdexec is being removed, the removal answered late: service back' '
+	id=$(flux submit -N2 -n2 sh -c "sleep 2; exit 5") &&
+	wait_event $id recoverable -p exec &&
+	stopped=$(sdexec_pid 1) &&
+	kill -STOP $stopped &&
+	test_when_finished "kill -CONT $stopped 2>/dev/null || :" &&
+	upgrade_bg term &&
+	sdexec_wait_until grep -q "job-exec removed" term.out &&
+	kill -TERM $(cat term.pid) &&
+	kill -CONT $stopped &&
+	test_expect_code 143 wait $(cat term.pid) &&
+	test_debug "cat term.out term.err" &&
+	grep "flux-sdexec: upgrade: interrupted by SIGTERM" term.err &&
+	grep "restored: sdexec loaded from $SDEXEC_MODULE on rank 1" term.err &&
+	grep "restored: job-exec loaded" term.err &&
+	grep "restored: queues started" term.err &&
+	! grep "restoring:" term.err &&
+	service_back &&
+	wait_event $id clean &&
+	test_expect_code 5 flux job status $id &&
+	! flux job eventlog $id | grep exception &&
+	sdexec_check_no_units
+'
+
+# logged_on1 PATTERN: rank 1's broker log has a line matching PATTERN.
+logged_on1() {
+	flux exec -r 1 flux dmesg | grep -q -- "$1"
+}
+test_expect_success 'a record nobody asks for goes 20 s after the upgrade announced job-exec' '
+	$sdexec -r 1 --bg --waitable --label=byhand sh -c "exit 6" &&
+	sdexec_wait_until logged_on1 "byhand\[[0-9]*\]: Exit 6" &&
+	$upgrade >byhand.out 2>byhand.err &&
+	test_debug "cat byhand.out byhand.err" &&
+	logged_on1 "byhand\[[0-9]*\]: no waiter after adoption: collectable for 20s after the first" &&
+	logged_on1 "byhand\[[0-9]*\]: job-exec loaded: collectable for 20s" &&
+	sdexec_wait_until logged_on1 "byhand\[[0-9]*\]: not collected within 20s, let go" &&
+	sdexec_check_no_units
+'
+
 test_expect_success 'no unit of the instance is left at the end' '
 	sdexec_check_no_units
 '

@@ -5,7 +5,7 @@ Only reads the service; the one systemd call (ListUnitsByPatterns, for untracked
 units) is a rare, blocking one.
 """
 
-from flux_sdexec import __version__
+from flux_sdexec import __version__, orphans
 from flux_sdexec.states import ProcState
 
 # where systemd is reached: bridge.via is the private socket's path, or the bus's name
@@ -51,6 +51,8 @@ def stats(svc):
         "containment": svc.containment.stats(),
         "systemd-timeout": svc.calls.budget,
         "sweeping": svc.sweeper.units(),
+        "orphan-checks": svc.orphans.checks,
+        "orphans-stopped": svc.orphans.stopped,
     }
 
 
@@ -65,6 +67,8 @@ def proc_entry(p):
         "started": p.started_at,
         "background": p.cmd.background,
         "adopted": p.exec_request is None,
+        "orphan": p.orphan,
+        "job": p.job_seen if orphans.suspect(p) else None,  # only while nobody waits on it
     }
 
 

@@ -29,6 +29,8 @@ from flux_sdexec.events import (
     StartFailed,
     WaitRequested,
     WaiterGone,
+    HoldsStart,
+    LabelReused,
 )
 from flux_sdexec.linebuf import OutputBuffer
 from flux_sdexec.sdproc import SdProc
@@ -40,6 +42,7 @@ class Requests:
 
     def __init__(self, svc):
         self.svc = svc
+        self.holds_started = False  # a collecting client came since load (waits.py)
 
     def exec(self, msg):
         """``sdexec.exec``: validate, map resources if asked, then start the unit."""
@@ -52,10 +55,16 @@ class Requests:
     def _start(self, msg, req):
         """Name and start the unit; responses follow from signals. Returns the unit name."""
         svc = self.svc
-        if req.label and svc.registry.has_label(req.label):
-            raise RequestError(errno.EEXIST, "command label is not unique")
+        if req.label:
+            self._take_label(req.label)
         unit = svc.namer.name(req.label, req.opts.get("SDEXEC_NAME"))
-        if svc.registry.by_unit(unit) is not None:
+        old = svc.registry.by_unit(unit)
+        if old is not None and old.label_free:  # a wait gave its status: it goes
+            svc.feed(old, LabelReused())
+            if svc.registry.by_unit(unit) is not None:
+                svc.after_release.wait(unit, msg, req.label, lambda m: self._start(m, req))
+                return unit
+        elif old is not None or svc.after_release.has(unit=unit):
             raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
         if unit in svc.sweeper:
             raise RequestError(errno.EEXIST, f"unit {unit} is still being stopped")
@@ -90,6 +99,15 @@ class Requests:
             raise
         return unit
 
+    def _take_label(self, label):
+        """EEXIST if a live process, or a record no wait has collected, has ``label``; a
+        record whose status a wait already gave lets it go (waits.py: label_reused)."""
+        holder = self.svc.registry.find(-1, label)
+        if holder is not None and holder.label_free:
+            self.svc.feed(holder, LabelReused())
+        elif holder is not None or self.svc.after_release.has(label=label):
+            raise RequestError(errno.EEXIST, "command label is not unique")
+
     def _start_replied(self, p, error):
         """StartTransientUnit settled (calls.py): systemd took it, or refused it, or the
         budget ran out or the module unloads before it settled (the unit may still appear:
@@ -99,10 +117,7 @@ class Requests:
             for channel in (p.in_, *p.outputs):
                 if channel.io is not None:
                     channel.io.release_remote()  # kept until now for a repeat of the start
-            if p.unit.name in svc.unread:  # found after a reconnect: catch up on it now
-                svc.read_unit(p)
             return
-        svc.unread.discard(p.unit.name)
         if error.errno in (errno.ETIMEDOUT, errno.ENOSYS):  # out of budget, or unloading
             svc.sweeper.sweep(p.unit.name, f"exec failed: {error.strerror}")
         code = errno.EINVAL if error.errno == errno.EROFS else error.errno  # unknown property
@@ -175,7 +190,9 @@ class Requests:
             self.svc.responder.respond_error(msg, error.errno, error.strerror)
 
     def wait(self, msg):
-        """``sdexec.wait``: a waitable process's status, now or when it ends."""
+        """``sdexec.wait``: a waitable process's status, now or when it ends. The first one
+        since load starts the hold of adopted records (waits.py)."""
+        self.start_holds("a client waits")
         pid, label = protocol.parse_target(payload_of(msg, "wait"), "wait")
         p = self.svc.find(pid, label, "wait")
         if not p.cmd.waitable:
@@ -183,6 +200,17 @@ class Requests:
         if p.waiter is not None:
             raise RequestError(errno.EINVAL, "process is already being waited on")
         self.svc.feed(p, WaitRequested(Request(msg)))
+
+    def start_holds(self, why):
+        """The first time a collecting client is there (the first wait, or the upgrade's
+        ``sdexec.job-exec-loaded`` event): the hold of adopted records starts."""
+        if self.holds_started:
+            return
+        self.holds_started = True
+        for p in self.svc.registry:
+            if p.adopted:
+                self.svc.feed(p, HoldsStart(why))
+        self.svc.bus.pump()
 
     def list(self, msg):
         """``sdexec.list``: every tracked process, in start order."""
@@ -204,10 +232,12 @@ class Requests:
 
     def disconnect(self, msg):
         """RFC 6 disconnect: tell the client's processes, the ones it waits on, and the
-        ones whose status it was just answered (it may have left with it unread)."""
+        ones whose status it was just answered (it may have left with it unread); a job
+        shell left with no waiter becomes a suspect orphan (orphans.py)."""
         sender = sender_of(msg)
         registry = self.svc.registry
         self.svc.lookups.cancel(sender)
+        self.svc.after_release.cancel(sender)
         for p in registry.by_sender(sender):
             if p.exec_request is not None and p.exec_request.sender == sender:
                 self.svc.feed(p, ClientGone())
@@ -215,4 +245,5 @@ class Requests:
                 self.svc.feed(p, WaiterGone())
             if p.answered_to is not None and p.answered_to.sender == sender:
                 self.svc.feed(p, AnswerMaybeLost(registry.label_taken(p)))
+            self.svc.orphans.consider(p)  # a job shell nobody waits on: is its job over?
         self.svc.bus.pump()

@@ -4,17 +4,20 @@
 returns; everything that happens to a process (a systemd signal, an EOF, a
 timer, a request) goes through it. The parts around it: ``bus.BusWatcher``
 (signals in), ``actions.ActionRunner`` (orders out), ``adopt`` (leftover units
-at load), ``requests.Requests`` (the RPCs), ``mapper_client`` (containment lookups
-before a start), ``teardown`` (unload).
+at load), ``catchup`` (every unit again after a reconnect), ``requests.Requests``
+(the RPCs), ``mapper_client`` (containment lookups before a start), ``teardown`` (unload).
 """
 
 import errno
 import json
 
-from flux_sdexec import handoff, settle, unitstate
+from flux_sdexec import handoff, orphans, settle, unitstate
 from flux_sdexec.adapters import adopt, cgroup
 from flux_sdexec.adapters.actions import ActionRunner
+from flux_sdexec.adapters.after_release import StartsAfterRelease
+from flux_sdexec.adapters.catchup import CatchUp
 from flux_sdexec.adapters.mapper_client import MapperLookups
+from flux_sdexec.adapters.orphan_watch import OrphanWatch
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.outbox import Outbox
 from flux_sdexec.adapters.systemd import guard, teardown
@@ -57,6 +60,7 @@ class SdexecService:
         broker_pid: the broker's pid, watched by the guard of handed-over units.
         module_file: the module file loaded (stats-get says which).
         systemd_timeout: ``[sdexec] systemd-timeout``, the budget of a systemd call.
+        orphan_interval: ``[sdexec] orphan-check-interval`` (adapters/orphan_watch.py).
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class SdexecService:
         broker_pid=None,
         module_file=None,
         systemd_timeout=settle.DEFAULT_BUDGET,
+        orphan_interval=orphans.DEFAULT_INTERVAL,
     ):
         self.h = handle
         self.log = log
@@ -91,9 +96,11 @@ class SdexecService:
         # several brokers on one manager: the bus, which filters signals by unit
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED, shared=namer.rank_suffix)
         self.bridge.open()
-        self.bus = BusWatcher(self.bridge, self.watchers, log, self._catch_up)
+        self.bus = BusWatcher(self.bridge, self.watchers, log, lambda: self.catch_up.catch_up())
         self.calls = Calls(self.bridge, self.bus, self.watchers, log, systemd_timeout)
-        self.unread = set()  # units whose catch-up waits for their start's lookup
+        self.catch_up = CatchUp(
+            self.bridge, self.registry, self.calls, self.feed, log, lambda: self.calls.deadline
+        )
         self.sweeper = Sweeper(
             self.bridge, self.bus, self.watchers, log, lambda: self.calls.deadline
         )
@@ -106,6 +113,8 @@ class SdexecService:
             sender_of,
             lambda: self.debug,
         )
+        self.after_release = StartsAfterRelease(self.serve, self.responder.respond_error, sender_of)
+        self.orphans = OrphanWatch(self, orphan_interval)
         guard.stop(self.bridge, self.log, self.guard)
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
         self.bus.pump()
@@ -127,6 +136,7 @@ class SdexecService:
             self.calls.started(p.unit.name)
             if p.state is ProcState.DONE:
                 self.registry.remove(p)
+                self.after_release.gone(p.unit.name)
         if pump:
             self.bus.pump()
 
@@ -138,29 +148,6 @@ class SdexecService:
             state = f"{props.get('ActiveState', '-')}.{props.get('SubState', '-')}"
             self.log.debug(f"{unit}: {state} {json.dumps(props, default=str)[:200]}")
         self.feed(p, UnitChanged(props))
-
-    def _catch_up(self):
-        """After a reconnect: what every tracked unit is now; then the calls whose reply
-        was lost look their unit up (calls.py). A start that lost its reply is read only
-        once its lookup found the unit (``read_unit``): reading a unit systemd does not have
-        loads a "not-found" stub of it, which the lookup would take for the unit."""
-        for p in list(self.registry):
-            if self.calls.start_awaits_reconnect(p.unit.name):
-                self.unread.add(p.unit.name)
-            else:
-                self.read_unit(p)
-        self.calls.reconnected()
-
-    def read_unit(self, p):
-        """Feed ``p`` what systemd says its unit is now (signals may have been missed)."""
-        self.unread.discard(p.unit.name)
-        try:
-            props = self.bridge.get_unit_properties(p.unit.name)
-        except UnitError as exc:
-            self.log.error(f"{p.unit.name}: {exc}")
-            return
-        if props.get("LoadState") != "not-found":
-            self._unit_changed(p.unit.name, props)
 
     def serve(self, msg, verb, func, remote_ok=False):
         """Run ``func(msg)`` for a request, turning any failure into one error response."""
@@ -196,6 +183,8 @@ class SdexecService:
                 f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
             )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
+        self.after_release.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
+        self.orphans.close()
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         for p in self.registry:

@@ -95,6 +95,10 @@ class Watchers:
         """A signal watcher calling ``func()`` on ``signum``."""
         return self._h.signal_watcher_create(signum, guarded(self._log, what, lambda *args: func()))
 
+    def guard(self, func, what):
+        """``func`` as a future's ``then`` callback that logs what it raises."""
+        return guarded(self._log, what, func)
+
     def _make(self, kind, args, func):
         """A watcher of ``kind`` calling ``func()``, not started."""
         create = _CREATE[kind]

@@ -5,6 +5,7 @@ the slowest rank's answer, at most ``timeout`` seconds, whatever the number of r
 """
 
 import errno
+import time
 
 import flux
 from flux.hostlist import Hostlist
@@ -12,7 +13,8 @@ from flux.idset import IDset
 
 
 class Answer:
-    """One rank's reply: ``payload`` (a dict) or ``error`` (errno, text); neither if silent."""
+    """One rank's reply: ``payload`` (a dict, {} for an empty one) or ``error`` (errno,
+    text); neither if silent."""
 
     __slots__ = ("rank", "payload", "error")
 
@@ -35,32 +37,68 @@ def add_output_options(sub):
     )
 
 
+class Round:
+    """Requests sent at once, their answers collected as they come (on the reactor).
+
+    ``answers`` maps each key to an Answer; ``waiting`` holds the keys not answered yet.
+    The last answer stops the reactor; one that comes after ``close()`` is dropped.
+    """
+
+    def __init__(self, h):
+        self.h = h
+        self.answers = {}
+        self.waiting = set()
+        self.closed = False
+
+    def send(self, key, topic, payload, rank):
+        """Send ``topic`` to ``rank``; its answer goes under ``key``."""
+        self.answers[key] = Answer(rank)
+        self.waiting.add(key)
+        self.h.rpc(topic, payload, nodeid=rank).then(self._answered, key)  # flux keeps it
+
+    def _answered(self, future, key):
+        if self.closed:
+            return
+        try:
+            self.answers[key].payload = future.get() or {}
+        except OSError as exc:
+            text = future.error_string() or exc.strerror or str(exc)
+            self.answers[key].error = (exc.errno, text)
+        self.waiting.discard(key)
+        if not self.waiting:
+            self.h.reactor_stop()
+
+    def close(self):
+        self.closed = True
+
+
+def run_reactor(h, seconds, done):
+    """Run ``h``'s reactor until ``done()`` or ``seconds`` pass. A stop that comes
+    earlier (from anything else) only makes it look at ``done()`` again."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        timer = h.timer_watcher_create(left, lambda *args: h.reactor_stop()).start()
+        try:
+            h.reactor_run()
+        finally:
+            timer.stop()
+
+
 def ask_all(h, topic, ranks, payload=None, timeout=5.0):
     """Send ``topic`` to every rank in ``ranks`` now; wait for the answers until ``timeout``.
 
     Returns:
         ``{rank: Answer}`` for every rank asked.
     """
-    answers = {rank: Answer(rank) for rank in ranks}
-    waiting = set(answers)
-
-    def done(future, rank):
-        try:
-            answers[rank].payload = future.get()
-        except OSError as exc:
-            answers[rank].error = (exc.errno, exc.strerror or str(exc))
-        waiting.discard(rank)
-        if not waiting:
-            h.reactor_stop()
-
+    round_ = Round(h)
     for rank in ranks:
-        h.rpc(topic, payload, nodeid=rank).then(done, rank)  # flux keeps the futures
-    if waiting:
-        timer = h.timer_watcher_create(timeout, lambda *args: h.reactor_stop())
-        timer.start()
-        h.reactor_run()
-        timer.stop()
-    return answers
+        round_.send(rank, topic, payload, rank)
+    run_reactor(h, timeout, lambda: not round_.waiting)
+    round_.close()
+    return round_.answers
 
 
 def instance_ranks(h, idset=None):

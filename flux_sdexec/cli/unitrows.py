@@ -6,20 +6,14 @@ Job shells carry the job id in their label (flux-core's bgexec: ``shell-<rank>-<
 prints as flux does: ``ƒ`` in a UTF-8 locale). Pure: stdlib only.
 """
 
-import re
 import time
 
 from flux_sdexec.cli.table import render
+from flux_sdexec.orphans import job_id
 
-# an f58plain job id: "f" then base58 digits (no 0, O, I, l)
-_SHELL_RE = re.compile(r"(?:imp-)?shell-\d+-f([1-9A-HJ-NP-Za-km-z]+)(?:[-.:]|\Z)")
 UNTRACKED = "untracked"
-
-
-def job_id(name):
-    """The job id in a job shell's label or unit name, as f58plain (``f...``), or None."""
-    m = _SHELL_RE.match(name or "")
-    return f"f{m.group(1)}" if m else None
+# the state shown for a job shell being stopped because its job is over (orphans.py)
+ORPHAN = "orphan"
 
 
 def _when(epoch):
@@ -49,10 +43,11 @@ def rows(answers, encode=str):
                     "rank": rank,
                     "unit": p["unit"],
                     "jobid": jobid(p),
-                    "state": p["state"],
+                    "state": ORPHAN if p.get("orphan") else p["state"],
                     "pid": p["pid"] if p.get("pid", -1) > 0 else None,
                     "start": _when(p.get("started")),
                     "label": p.get("label"),
+                    "reason": p.get("orphan") or _no_waiter(p.get("job")),
                 }
             )
         for u in a.get("untracked", []):
@@ -76,7 +71,13 @@ COLUMNS = (
     ("PID>", "pid"),
     ("START", "start"),
     ("LABEL", "label"),
+    ("REASON", "reason"),
 )
+
+
+def _no_waiter(seen):
+    """A suspect shell's note: nothing waits on it, and what its job was last seen as."""
+    return f"no waiter; {seen}" if seen else None
 
 
 def lines(rows_):

@@ -97,9 +97,51 @@ def rank_problems(expected_path, mods_by_rank, stats_by_rank):
         stats = stats_by_rank.get(rank)
         if isinstance(stats, str):
             problems.append(f"rank {rank}: sdexec does not answer: {stats}")
-        elif isinstance(stats, dict) and stats.get("file") not in (None, expected_path):
-            problems.append(f"rank {rank}: sdexec reports file {stats['file']}")
+        elif isinstance(stats, dict) and stats.get("module") not in (None, expected_path):
+            problems.append(f"rank {rank}: sdexec reports file {stats['module']}")
     return problems
+
+
+@dataclass
+class Changes:
+    """What a run has changed, or may have (a request sent whose answer is not in, or
+    came late): what a restore must look at before it acts."""
+
+    queues: list = field(default_factory=list)  # stopped, or asked to stop (None: default)
+    job_exec_args: list = None  # job-exec's arguments once it is, or may be, removed
+    sdexec_ranks: set = field(default_factory=set)  # ranks where sdexec is, or may be, missing
+
+
+def restore_steps(changes, listed):
+    """How to bring service back, from what the ranks list now.
+
+    Args:
+        changes: the run's Changes.
+        listed: {rank: the names of the modules loaded there (a set), or an error text}
+            for every rank of ``changes.sdexec_ranks``, and rank 0 when job-exec may be
+            removed.
+
+    Returns:
+        (steps, problems): steps in order, ``("load-sdexec", [ranks])``, ``("load-job-exec",
+        args)``, ``("start-queues", [names])``, each only if needed; problems: texts.
+        A rank that could not be listed gets its load anyway (it is refused if loaded).
+    """
+    steps, problems = [], []
+    for rank in sorted(listed):
+        if isinstance(listed[rank], str):
+            problems.append(f"rank {rank}: module list failed: {listed[rank]}")
+
+    def loaded(rank, name):
+        return not isinstance(listed.get(rank), str) and name in listed.get(rank, ())
+
+    missing = [r for r in sorted(changes.sdexec_ranks) if not loaded(r, "sdexec")]
+    if missing:
+        steps.append(("load-sdexec", missing))
+    if changes.job_exec_args is not None and not loaded(0, "job-exec"):
+        steps.append(("load-job-exec", list(changes.job_exec_args)))
+    if changes.queues:
+        steps.append(("start-queues", list(changes.queues)))
+    return steps, problems
 
 
 @dataclass

@@ -24,7 +24,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 if (_ROOT / "flux_sdexec" / "__init__.py").is_file():
     sys.path.insert(0, str(_ROOT))
 
-from flux.brokermod import BrokerModule, request_handler  # noqa: E402
+from flux.brokermod import BrokerModule, event_handler, request_handler  # noqa: E402
 
 from flux_sdexec import config, naming  # noqa: E402
 from flux_sdexec.adapters.brokerstate import broker_state  # noqa: E402
@@ -61,6 +61,7 @@ class SdexecModule(BrokerModule):
                 broker_pid=_attr(h, "broker.pid"),
                 module_file=str(Path(__file__).resolve()),
                 systemd_timeout=config.systemd_timeout(conf),
+                orphan_interval=config.orphan_check_interval(conf),
             )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
@@ -123,6 +124,11 @@ class SdexecModule(BrokerModule):
     def disconnect(self, msg):
         guarded(self.log, "disconnect", self.requests.disconnect)(msg)  # never answered
 
+    @event_handler("job-exec-loaded")
+    def job_exec_loaded(self, msg):
+        """Published by ``flux sdexec upgrade`` once job-exec is loaded again."""
+        guarded(self.log, "job-exec-loaded", self.requests.start_holds)("job-exec loaded")
+
     @request_handler("config-reload")
     def config_reload(self, msg):
         self.service.serve(msg, "config-reload", self._reconfigure, remote_ok=True)
@@ -137,7 +143,9 @@ class SdexecModule(BrokerModule):
         debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
         check = config.containment_check(conf)
         budget = config.systemd_timeout(conf)  # every key is checked before any is applied
+        interval = config.orphan_check_interval(conf)
         self.service.debug, self.service.unload_policy = debug, policy
         self.service.containment.policy = check
         self.service.calls.budget = budget
+        self.service.orphans.interval = interval
         self.handle.respond(msg)

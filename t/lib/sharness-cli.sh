@@ -64,7 +64,7 @@ test_sdexec_cli() {
 				.reconnects == 0 and .adopted == 0 and .running == 0" status.json || return 1
 		done
 	'
-	test_expect_success 'map prints what python3 -m flux_sdexec.map prints, errors too' '
+	test_expect_success 'map prints what flux python -m flux_sdexec.map prints, errors too' '
 		flux sdexec map --cores 0 >map.out &&
 		flux python -m flux_sdexec.map --cores 0 >map.expected &&
 		test_cmp map.expected map.out &&
@@ -82,12 +82,12 @@ test_sdexec_cli() {
 		f58=$(flux job id --to=f58 $id) &&
 		flux sdexec units >units.out &&
 		test_debug "cat units.out" &&
-		head -n 1 units.out | grep "^RANK *UNIT *JOBID *STATE *PID *START *LABEL" &&
+		head -n 1 units.out | grep "^RANK *UNIT *JOBID *STATE *PID *START *LABEL *REASON$" &&
 		test $(rows units.out | wc -l) -eq $SIZE &&
 		for r in $(seq 0 $LAST); do
 			unit=$(bgexec_unit $r $id) &&
 			label=shell-$r-$(flux job id --to=f58plain $id) &&
-			rows units.out | grep -E "^ *$r +$unit +$f58 +running +$(unit_pid $unit) +[-0-9T:]+ +$label\$" ||
+			rows units.out | grep -E "^ *$r +$unit +$f58 +running +$(unit_pid $unit) +[-0-9T:]+ +$label +-\$" ||
 			return 1
 		done
 	'
@@ -112,7 +112,7 @@ test_sdexec_cli() {
 		test_debug "cat units-all.out" &&
 		test $(rows units-all.out | wc -l) -eq $((SIZE + 1)) &&
 		rows units-all.out |
-			grep -E "^ *$LAST +$stray +- +untracked \(active.running\) +- +- +stray\$" &&
+			grep -E "^ *$LAST +$stray +- +untracked \(active.running\) +- +- +stray +-\$" &&
 		flux sdexec units --all -o json | jq -e "[.[] | select(.unit == \"$stray\")] | length == 1"
 	'
 	test_expect_success 'status under warn: each constraint not enforced with its reason, exit 0' '
@@ -214,8 +214,8 @@ test_sdexec_cli() {
 		rows status-end.out | grep -E "^ok +1 +1 .* 2 +1 +1 +2 +[-a-z]+ +warn " &&
 		flux sdexec units -r 1 >units-adopted.out &&
 		test_debug "cat units-adopted.out" &&
-		rows units-adopted.out | grep -E "^ *1 +kept-1:$SDEXEC_INSTANCE.service +- +running +[0-9]+ +[-0-9T:]+ +kept\$" &&
-		rows units-adopted.out | grep -E "^ *1 +over-1:$SDEXEC_INSTANCE.service +- +zombie .* over\$" &&
+		rows units-adopted.out | grep -E "^ *1 +kept-1:$SDEXEC_INSTANCE.service +- +running +[0-9]+ +[-0-9T:]+ +kept +-\$" &&
+		rows units-adopted.out | grep -E "^ *1 +over-1:$SDEXEC_INSTANCE.service +- +zombie .* over +-\$" &&
 		$sproc_kill -r 1 9 kept &&
 		test_expect_code 137 $sproc_wait -r 1 kept &&
 		$sproc_wait -r 1 over &&

@@ -10,8 +10,8 @@
 #   cpuset   CPUSET_APPLIED  AllowedCPUs=0 narrows the affinity to CPU 0
 # and V1_MEMORY when the memory controller is on a v1 hierarchy.
 
-# The interpreter itself, not a wrapper script that forks (pyenv's shims do) under TasksMax.
-PY=$(python3 -c "import sys; print(sys.executable)")
+# flux's interpreter itself, not a wrapper script that forks (pyenv's shims do) under TasksMax.
+PY=$(flux python -c "import sys; print(sys.executable)")
 
 if grep -q " - cgroup2 " /proc/self/mountinfo; then
 	if grep -E " - cgroup [^ ]+ [^ ]*(cpu|memory|pids)" /proc/self/mountinfo >/dev/null; then

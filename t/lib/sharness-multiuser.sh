@@ -7,7 +7,7 @@ GUEST=42
 # sign_none USERID: stdin's jobspec wrapped as a J signed by USERID with
 # mechanism "none" (base64 of the NUL-separated header, base64 of the payload).
 sign_none() {
-	python3 -c '
+	flux python -c '
 import base64, sys
 header = b"version\0i1\0userid\0i%s\0mechanism\0snone\0" % sys.argv[1].encode()
 payload = sys.stdin.buffer.read()

@@ -23,11 +23,12 @@ from flux_sdexec.events import (
     UnitChanged,
     Unloading,
     WaitRequested,
+    HoldsStart,
 )
 from flux_sdexec.machine import handle
 from flux_sdexec.registry import Registry
 from flux_sdexec.states import ProcState
-from flux_sdexec.waits import ANSWER_GRACE, RECORD_HOLD
+from flux_sdexec.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
 
 from helpers import new
 from test_proc import pid_of, replay, until_failed
@@ -197,16 +198,68 @@ def test_an_answered_error_is_revived_as_the_same_error():
     assert answer.waiter is again and answer.error[0] == errno.ENOENT
 
 
-def test_an_adopted_zombie_is_held_then_let_go():
-    """A unit an earlier sdexec left (a revived record handed over, or a shell that ended
-    while sdexec was unloaded) is collectable for RECORD_HOLD; nobody asking, it goes."""
-    p = new(["sh"], label="L", background=True, waitable=True, adopted=True)
+def adopted_failed(label="L"):
+    """An adopted unit found failed at load (exit 3): a held zombie."""
+    p = new(["sh"], label=label, background=True, waitable=True, adopted=True)
     props = {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code"}
     props.update({"ExecMainPID": 9, "ExecMainCode": 1, "ExecMainStatus": 3})
-    assert handle(p, UnitChanged(props))[-1] == ArmGrace(RECORD_HOLD)
+    return p, handle(p, UnitChanged(props))
+
+
+def test_an_adopted_zombie_is_held_from_the_first_wait_then_let_go():
+    """A unit an earlier sdexec left (a revived record handed over, or a shell that ended
+    while sdexec was unloaded) is collectable for RECORD_HOLD counted from the first wait
+    since load (job-exec loaded at last); nobody asking for it then, it goes."""
+    p, actions = adopted_failed()
+    assert actions[-1] == ArmGrace(FIRST_WAIT_BOUND)
     assert p.state is S.ZOMBIE and p.visible and p.held
+    text = f"L[9]: a client waits: collectable for {RECORD_HOLD:g}s"
+    assert handle(p, HoldsStart("a client waits")) == [
+        Log(syslog.LOG_INFO, text),
+        ArmGrace(RECORD_HOLD),
+    ]
     text = f"L[9]: not collected within {RECORD_HOLD:g}s, let go"
     assert handle(p, GraceExpired()) == [Log(syslog.LOG_INFO, text), ResetFailedUnit()]
+
+
+def test_an_adopted_zombie_outlasts_the_hold_while_no_wait_came():
+    """A slow rank delays job-exec's load past RECORD_HOLD: the record stays (the hold has
+    not begun), the timer armed is the FIRST_WAIT_BOUND."""
+    p, actions = adopted_failed()
+    text = (
+        f"L[9]: no waiter after adoption: collectable for {RECORD_HOLD:g}s after the first "
+        f"wait (at most {FIRST_WAIT_BOUND:g}s)"
+    )
+    assert actions[-2:] == [Log(syslog.LOG_INFO, text), ArmGrace(FIRST_WAIT_BOUND)]
+    assert FIRST_WAIT_BOUND > 4 * 120  # the upgrade's longest way to job-exec's load
+    text = f"L[9]: job-exec loaded: collectable for {RECORD_HOLD:g}s"
+    assert handle(p, HoldsStart("job-exec loaded")) == [
+        Log(syslog.LOG_INFO, text),
+        ArmGrace(RECORD_HOLD),
+    ]
+    waiter = Waiter("job-exec-2")
+    assert handle(p, WaitRequested(waiter)) == [AnswerWait(waiter, 3 << 8), ResetFailedUnit()]
+
+
+def test_an_adopted_zombie_no_wait_ever_comes_for_goes_at_the_bound():
+    p, _ = adopted_failed()
+    text = f"L[9]: not collected within {FIRST_WAIT_BOUND:g}s, let go"
+    assert handle(p, GraceExpired()) == [Log(syslog.LOG_INFO, text), ResetFailedUnit()]
+
+
+def test_an_adopted_process_that_ends_after_the_first_wait_is_held_for_the_hold():
+    p = new(["sh"], label="L", background=True, waitable=True, adopted=True)
+    handle(p, UnitChanged({"ActiveState": "active", "SubState": "running", "ExecMainPID": 9}))
+    assert handle(p, HoldsStart("a client waits")) == [] and p.state is S.RUNNING
+    exited = {"ActiveState": "active", "SubState": "exited", "ExecMainCode": 1}
+    actions = handle(p, UnitChanged({**exited, "ExecMainStatus": 0}))
+    assert actions[-1] == ArmGrace(RECORD_HOLD) and p.state is S.ZOMBIE
+
+
+def test_the_first_wait_changes_nothing_for_a_collected_record():
+    p, _ = adopted_failed()
+    handle(p, HoldsStart("a client waits"))
+    assert handle(p, HoldsStart("a client waits")) == []
 
 
 def test_an_adopted_zombie_collected_within_the_hold_goes_at_once():

@@ -80,7 +80,7 @@ def test_a_start_that_cannot_be_encoded_is_answered_einval_once(sd):
     assert errnum == errno.EINVAL and text.startswith("StartTransientUnit: 'utf-8' codec")
     assert watchers.armed() == [] and calls.live == set() and bridge.sent == []
     calls.started(UNIT)  # the exec handler's cleanup finds nothing left to do
-    assert not calls.start_awaits_reconnect(UNIT)
+    assert not calls.start_unsettled(UNIT)
     assert caller.answers == [(errnum, text)] and caller.late == []
     assert log.at("error") == []  # the client's value, not a bug of ours
 
@@ -98,9 +98,9 @@ def test_a_start_lost_with_the_connection_is_sent_again_when_systemd_lacks_the_u
     bridge, _, _, calls = sd
     caller = start(calls)
     bridge.lose()
-    assert calls.start_awaits_reconnect(UNIT) and caller.answers == []
+    assert calls.start_unsettled(UNIT) and caller.answers == []
     calls.reconnected()
-    assert not calls.start_awaits_reconnect(UNIT)
+    assert calls.start_unsettled(UNIT)  # still unsettled while its lookup runs
     bridge.answer("GetUnit", UnitError(errno.ENOENT, "Unit u:f1.service not loaded."))
     bridge.answer("StartTransientUnit")
     assert bridge.members() == ["StartTransientUnit", "GetUnit", "StartTransientUnit"]

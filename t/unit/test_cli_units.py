@@ -51,6 +51,7 @@ def test_rows_tracked_then_untracked_per_rank():
             "pid": 42,
             "start": when,
             "label": "shell-1-fA",
+            "reason": None,
         },
         {
             "rank": 1,
@@ -60,6 +61,7 @@ def test_rows_tracked_then_untracked_per_rank():
             "pid": None,
             "start": None,
             "label": None,
+            "reason": None,
         },
         {
             "rank": 1,
@@ -69,6 +71,39 @@ def test_rows_tracked_then_untracked_per_rank():
             "label": "left",
         },
     ]
+
+
+def test_rows_show_a_suspect_shell_and_an_orphan_being_stopped():
+    """A shell nobody waits on shows what its job was last seen as; a shell stopped because
+    its job is over shows the state "orphan" and the reason."""
+    answers = {
+        0: {
+            "procs": [
+                {
+                    "unit": "a",
+                    "label": "shell-0-fA",
+                    "state": "running",
+                    "pid": 7,
+                    "job": "job fA is RUN",
+                },
+                {
+                    "unit": "b",
+                    "label": "shell-0-fB",
+                    "state": "running",
+                    "pid": 8,
+                    "orphan": "job fB is inactive",
+                    "job": "job fB is RUN",
+                },
+            ]
+        }
+    }
+    rows = unitrows.rows(answers)
+    assert [(r["state"], r["reason"]) for r in rows] == [
+        ("running", "no waiter; job fA is RUN"),
+        (unitrows.ORPHAN, "job fB is inactive"),
+    ]
+    header = unitrows.lines(rows)[0].split()
+    assert header[-1] == "REASON"
 
 
 def test_render_pads_columns_aligns_numbers_right_and_shows_missing_as_dash():

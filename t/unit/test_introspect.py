@@ -1,9 +1,14 @@
-"""What stats-get adds for flux sdexec status: how systemd is reached, processes per state."""
+"""What stats-get adds for flux sdexec status: how systemd is reached, processes per state;
+what sdexec.units says of a suspect or orphan shell."""
 
 from flux_sdexec.adapters import introspect
+from flux_sdexec.events import JobGone, WaitRequested
+from flux_sdexec.machine import handle
 from flux_sdexec.protocol import ExecRequest
 from flux_sdexec.sdproc import SdProc
 from flux_sdexec.states import ProcState
+
+from test_orphans import shell
 
 
 def test_systemd_link_private_socket_or_bus():
@@ -31,3 +36,17 @@ def test_tracked_counts_every_live_state_counted():
         "answered": 0,
         "releasing": 0,
     }
+
+
+def test_proc_entry_shows_what_a_suspect_shell_s_job_was_seen_as_only_while_suspect():
+    """A job shell nobody waits on: its last job query's answer; waited on again: none; an
+    orphan being stopped: its reason."""
+    p = shell()
+    p.job_seen = "job fuMFe9D is RUN"
+    assert introspect.proc_entry(p)["job"] == "job fuMFe9D is RUN"
+    assert introspect.proc_entry(p)["orphan"] is None
+    handle(p, WaitRequested("job-exec"))
+    assert introspect.proc_entry(p)["job"] is None
+    q = shell()
+    handle(q, JobGone("job fuMFe9D is inactive"))
+    assert introspect.proc_entry(q)["orphan"] == "job fuMFe9D is inactive"

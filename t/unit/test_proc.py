@@ -40,7 +40,7 @@ from flux_sdexec.events import (
 )
 from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
-from flux_sdexec.waits import ANSWER_GRACE, RECORD_HOLD
+from flux_sdexec.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
 
 from helpers import CHECK, new
 
@@ -273,8 +273,8 @@ def test_parked_waiter_answered_at_exit_and_survives_disconnect():
 
 
 def test_adopted_finished_unit_becomes_zombie_without_responses():
-    """A leftover unit found at load (active/exited) is collectable, for RECORD_HOLD, and
-    answers nothing."""
+    """A leftover unit found at load (active/exited) is collectable, for RECORD_HOLD from
+    the first wait since load, and answers nothing."""
     proc = new(["sh"], label="L", background=True, waitable=True, adopted=True)
     props = {
         "ActiveState": "active",
@@ -286,8 +286,12 @@ def test_adopted_finished_unit_becomes_zombie_without_responses():
     assert handle(proc, UnitChanged(props)) == [
         StartOutput(),
         Log(syslog.LOG_INFO, "L[9]: Exit 4"),
-        Log(syslog.LOG_INFO, f"L[9]: no waiter after adoption: collectable for {RECORD_HOLD:g}s"),
-        ArmGrace(RECORD_HOLD),
+        Log(
+            syslog.LOG_INFO,
+            f"L[9]: no waiter after adoption: collectable for {RECORD_HOLD:g}s after the "
+            f"first wait (at most {FIRST_WAIT_BOUND:g}s)",
+        ),
+        ArmGrace(FIRST_WAIT_BOUND),
     ]
     assert proc.state is ProcState.ZOMBIE
     assert handle(proc, WaitRequested("w"))[0] == AnswerWait("w", 1024)
@@ -429,3 +433,15 @@ def test_start_refused_after_signals_still_fails_the_foreground_exec():
         RespondError(errno.EINVAL, "Invalid Type setting: bogus")
     ]
     assert proc.state is ProcState.DONE
+
+
+def test_client_gone_before_the_start_ran_kills_once_it_runs():
+    """A client that leaves while the unit's start job is still queued (no process yet):
+    a SIGKILL now would find nothing to kill; it is sent once the process runs."""
+    proc = fg()
+    assert handle(proc, ClientGone()) == []
+    actions = replay(proc, "sigterm", until=6)
+    assert actions.count(KillUnit(signal.SIGKILL)) == 1
+    assert actions.index(KillUnit(signal.SIGKILL)) > actions.index(
+        Respond({"type": "started", "pid": pid_of("sigterm")})
+    )

@@ -1,6 +1,9 @@
 """The decisions of ``flux sdexec upgrade``, without a broker: which jobs block or end,
 what a rank must show after the reload, job-exec's arguments, the report."""
 
+from types import SimpleNamespace
+
+from flux_sdexec.adapters import introspect
 from flux_sdexec.cli import upgrade_plan as plan
 
 MODULE = "/opt/sdexec/sdexec.py"
@@ -63,7 +66,7 @@ def mods(path=MODULE):
 
 
 def test_every_rank_running_the_new_file_and_answering_passes():
-    stats = {0: {"procs": {}}, 1: {"procs": {}, "file": MODULE}}
+    stats = {0: {"procs": {}}, 1: {"procs": {}, "module": MODULE}}
     assert plan.rank_problems(MODULE, {0: mods(), 1: mods()}, stats) == []
 
 
@@ -82,8 +85,35 @@ def test_each_wrong_rank_is_named_with_what_is_wrong():
 
 
 def test_a_rank_whose_sdexec_reports_another_file_is_wrong():
-    problems = plan.rank_problems(MODULE, {0: mods()}, {0: {"file": "/elsewhere.py"}})
+    problems = plan.rank_problems(MODULE, {0: mods()}, {0: {"module": "/elsewhere.py"}})
     assert problems == ["rank 0: sdexec reports file /elsewhere.py"]
+
+
+def module_stats(module_file):
+    """What ``sdexec.stats-get`` answers for a module loaded from ``module_file`` (the real
+    payload, from a stub service with nothing tracked)."""
+    svc = SimpleNamespace(
+        registry=[],
+        module_file=module_file,
+        bridge=SimpleNamespace(
+            via="/run/user/1/systemd/private", signals=SimpleNamespace(stats=dict)
+        ),
+        bus=SimpleNamespace(reconnects=0),
+        adopted=0,
+        containment=SimpleNamespace(stats=lambda: {}),
+        calls=SimpleNamespace(budget=300.0),
+        sweeper=SimpleNamespace(units=lambda: []),
+        orphans=SimpleNamespace(checks=0, stopped=0),
+    )
+    return introspect.stats(svc)
+
+
+def test_the_file_the_module_itself_reports_is_checked():
+    """stats-get names its file under "module": a rank whose module process runs another
+    file than the broker lists is caught (the check read "file" and never ran)."""
+    stats = {0: module_stats(MODULE), 1: module_stats("/elsewhere.py")}
+    problems = plan.rank_problems(MODULE, {0: mods(), 1: mods()}, stats)
+    assert problems == ["rank 1: sdexec reports file /elsewhere.py"]
 
 
 def test_report_says_what_was_done_and_how_long_jobs_were_held():
@@ -105,3 +135,47 @@ def test_report_names_the_jobs_force_ended_and_queues_none_started():
     assert "queues stopped and started again: none were started" in lines
     assert "jobs ended (--force): fA (bulk-exec)" in lines
     assert "jobs reattached by job-exec: 0" in lines
+
+
+# ---- restore: what to undo, from what the ranks list after every owed answer is in ----
+
+
+def test_nothing_changed_nothing_to_restore():
+    assert plan.restore_steps(plan.Changes(), {}) == ([], [])
+
+
+def test_sdexec_is_loaded_again_only_where_it_is_missing():
+    """Rank 1's removal was refused (or its load came late and succeeded): left alone."""
+    changes = plan.Changes(sdexec_ranks={0, 1, 2})
+    listed = {0: {"job-exec"}, 1: {"sdexec"}, 2: set()}
+    assert plan.restore_steps(changes, listed) == ([("load-sdexec", [0, 2])], [])
+
+
+def test_job_exec_whose_removal_completed_late_is_loaded_again_with_its_args():
+    changes = plan.Changes(job_exec_args=["method=bgexec"])
+    steps, _ = plan.restore_steps(changes, {0: {"sdexec"}})
+    assert steps == [("load-job-exec", ["method=bgexec"])]
+
+
+def test_job_exec_still_loaded_is_not_loaded_twice():
+    """A removal refused, or answered after the restore waited: job-exec is listed."""
+    changes = plan.Changes(job_exec_args=[])
+    assert plan.restore_steps(changes, {0: {"sdexec", "job-exec"}}) == ([], [])
+
+
+def test_a_rank_that_cannot_be_listed_gets_its_load_and_is_named():
+    changes = plan.Changes(sdexec_ranks={3}, job_exec_args=[])
+    steps, problems = plan.restore_steps(changes, {0: "no answer within 5s", 3: "down"})
+    assert steps == [("load-sdexec", [3]), ("load-job-exec", [])]
+    assert problems == [
+        "rank 0: module list failed: no answer within 5s",
+        "rank 3: module list failed: down",
+    ]
+
+
+def test_restore_order_sdexec_then_job_exec_then_queues():
+    """job-exec reattaches through sdexec, and scheduling comes back last."""
+    changes = plan.Changes(queues=[None, "batch"], job_exec_args=[], sdexec_ranks={1})
+    steps, _ = plan.restore_steps(changes, {0: {"sdexec"}, 1: set()})
+    assert [s for s, _ in steps] == ["load-sdexec", "load-job-exec", "start-queues"]
+    assert steps[2] == ("start-queues", [None, "batch"])

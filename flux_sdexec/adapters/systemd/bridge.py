@@ -14,18 +14,15 @@ The split (measured, see README "Performance"):
   instead of 2.3-2.7 ms) and ``on_reply(None or UnitError)`` runs from a later pump();
   each call has its own deadline (``expire()``, ETIMEDOUT). Without it the call blocks
   (teardown after the reactor stopped, tests).
-- The hot path talks to systemd straight over its private socket when it can (as systemctl
-  does: ``$XDG_RUNTIME_DIR/systemd/private``, or ``/run/systemd/private`` for the system
-  manager), else over the bus. Each call, reply and signal then makes one hop instead of two
+- The hot path talks to systemd straight over its private socket when it can (connect.py),
+  else over the bus. Each call, reply and signal then makes one hop instead of two
   through dbus-daemon, and systemd skips the bus lookups it makes for each job's requester:
   a unit's start-to-EOF cycle measured 3.3 ms instead of 4.0 ms. A private connection gets
-  every signal of the manager, unasked; pump() drops what is not a watched unit's. When
-  other brokers share the manager (``shared``) the bus comes first: its daemon filters
-  signals by unit (unitsignals.py), so each module sees its own units' only.
-- Rare calls, on pystemd (rare.py, a second connection opened when needed): listing units
-  (adoption, unload) and reading all properties of a unit (adoption, after a reconnect).
-  They need a general D-Bus decoder, and they are not on a latency-critical path. A unit's
-  signals and its GetAll answer then come over two connections: pump() before GetAll.
+  every signal of the manager, unasked; pump() drops what is not a watched unit's.
+- Rare calls, on pystemd (rare.py, its own connection): listing units (adoption, unload)
+  and reading all of a unit's properties (adoption) need a general D-Bus decoder; signals
+  and answers then come over two connections: pump() before them. After a reconnect,
+  ``read_unit`` reads the tracked properties on the hot path, in order with the signals.
 
 Things the owner must know (systemd 252 user mode, see t/systemd):
 
@@ -41,7 +38,8 @@ Things the owner must know (systemd 252 user mode, see t/systemd):
   with no main process), PropertyReadOnly EROFS (an unknown transient property),
   AccessDenied EACCES, unknown names EIO.
 - After a connection loss pump() fails every pending call with ECONNRESET, then it, every
-  call and fileno() raise UnitError(ECONNRESET); ``reconnect()`` gives a new fd.
+  call and fileno() raise UnitError(ECONNRESET); ``reconnect()`` gives a new fd at once,
+  its Subscribe() answered later (``subscribed``; a refusal is a loss like any other).
 - A lost reply or a passed deadline does not say whether systemd acted: the callers
   settle such a call by looking the unit up (``get_unit``, settle.py, calls.py).
 """
@@ -53,6 +51,7 @@ import os
 import time
 
 from flux_sdexec.adapters.systemd import sdbus
+from flux_sdexec.adapters.systemd.connect import MANAGER, MANAGER_PATH, SYSTEMD, open_bus
 from flux_sdexec.adapters.systemd.sdbus import METHOD_ERROR, SIGNAL, ffi, lib
 from flux_sdexec.adapters.systemd.sdbus_append import append, append_all, append_properties
 from flux_sdexec.adapters.systemd.sdbus_props import PropsDecoder
@@ -60,23 +59,10 @@ from flux_sdexec.adapters.systemd.rare import RareCalls
 from flux_sdexec.adapters.systemd.unitsignals import UnitSignals
 from flux_sdexec.errors import UnitError
 
-SYSTEMD = b"org.freedesktop.systemd1"
-MANAGER_PATH = b"/org/freedesktop/systemd1"
-MANAGER = b"org.freedesktop.systemd1.Manager"
 UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
+PROPERTIES = b"org.freedesktop.DBus.Properties"
 CALL_TIMEOUT_SEC = 25.0  # sd-bus's default for a blocking call
 LOST = "lost connection to systemd"
-
-
-def private_socket(user_mode):
-    """The path of the manager's private socket, or None when there is none to try."""
-    if not user_mode:
-        path = "/run/systemd/private"
-    elif os.environ.get("XDG_RUNTIME_DIR"):
-        path = os.path.join(os.environ["XDG_RUNTIME_DIR"], "systemd", "private")
-    else:
-        return None
-    return path if os.path.exists(path) else None
 
 
 def _error(code, text):
@@ -86,16 +72,13 @@ def _error(code, text):
 
 
 class SystemdBridge:
-    """One connection to the systemd manager; see the module docstring for the rules.
-
-    Every method that talks to systemd raises UnitError on failure.
-    """
+    """One connection to the systemd manager (module docstring); calls raise UnitError."""
 
     def __init__(self, on_change, tracked, user_mode=True, shared=False):
         self._on_change = on_change
-        self._shared = shared  # other brokers share the manager: the bus first (unitsignals.py)
-        self.signals = UnitSignals()
+        self.signals = UnitSignals(shared)  # which signals reach us, and how many others do
         self._decoder = PropsDecoder(tracked)
+        self._reads = PropsDecoder((*tracked, "LoadState"))  # read_unit's GetAll answers
         self._user_mode = user_mode
         self._bus = None
         self._lost = False
@@ -103,46 +86,44 @@ class SystemdBridge:
         self._rare = RareCalls(user_mode)
         self._watched = {}  # unit object path -> unit name
         self._seen = {}  # unit object path -> {interface: the last tracked values it sent}
-        self._pending = {}  # reply cookie -> (deadline, on_reply)
+        self._pending = {}  # reply cookie -> (deadline, on_reply, decode), oldest first
+        self._subscribing = None  # the cookie of a Subscribe() not answered yet
+        self.subscribed = False
 
     def open(self) -> None:
-        """Connect (the private socket first, see the module docstring), match
-        PropertiesChanged from systemd, and Subscribe()."""
-        bus = "the user bus" if self._user_mode else "the system bus"
-        private = private_socket(self._user_mode)
-        order = (bus, private) if self._shared else (private, bus)
-        for via in [v for v in order if v]:
-            try:
-                if via is bus:
-                    self._bus = sdbus.Bus(self._user_mode)
-                else:  # refused (another user's manager, a stale socket): the bus next
-                    self._bus = sdbus.Bus(address=b"unix:path=" + via.encode())
-                self._lost = False
-                self.signals.attach(self._bus, via is bus, self._watched)
-                self._call(b"Subscribe", b"", ())
-                self.via = via
-                return
-            except OSError as exc:
-                self.close()
-                error = exc
-        raise _error(error.errno, error.strerror) from None
+        """Connect (connect.py), match PropertiesChanged, wait for Subscribe()'s answer."""
+        self._open(wait=True)
 
     def close(self) -> None:
-        """Drop the connections; the watched set is kept for reconnect(), pending calls
-        are forgotten unanswered."""
+        """Drop the connections (the watched set stays for reconnect(); calls unanswered)."""
         self.signals.detach()
         if self._bus is not None:
             self._bus.close()
             self._bus = None
+        self._lost = False
         self._rare.close()
         self._pending.clear()
 
     def reconnect(self) -> None:
-        """Close and open again, re-subscribing; fileno() changes. What was seen before is
-        forgotten: the owner re-reads every unit (get_unit_properties), signals count again."""
+        """Close and open again without waiting for systemd (Subscribe() is answered later,
+        see ``subscribed``); fileno() changes. What was seen before is forgotten: the owner
+        re-reads every unit (read_unit), signals count again. On failure the bridge stays
+        lost (ECONNRESET) for the next attempt."""
         self.close()
         self._seen.clear()
-        self.open()
+        try:
+            self._open(wait=False)
+        except UnitError:
+            self._lost = True
+            raise
+
+    def _open(self, wait):
+        try:
+            self._bus, self.via, self._subscribing = open_bus(self._user_mode, wait, self.signals)
+        except OSError as exc:
+            raise _error(exc.errno, exc.strerror) from None
+        self._lost = False
+        self.subscribed = wait
 
     def fileno(self) -> int:
         return self._connected().fileno()
@@ -152,9 +133,8 @@ class SystemdBridge:
         return self._bus is not None and not self._lost and bool(self._bus.events() & 4)
 
     def watch(self, unit: str) -> None:
-        path = sdbus.path_encode(UNIT_PREFIX, unit)
+        self.signals.add(path := sdbus.path_encode(UNIT_PREFIX, unit))
         self._watched[path] = unit
-        self.signals.add(path)
 
     def unwatch(self, unit: str) -> None:
         path = sdbus.path_encode(UNIT_PREFIX, unit)
@@ -171,7 +151,7 @@ class SystemdBridge:
             try:
                 r, m, kind, cookie = bus.process()
             except OSError as exc:
-                self._lose(exc.errno, exc.strerror)
+                self._lose(_error(exc.errno, exc.strerror))
             if m != ffi.NULL:
                 try:
                     if kind == SIGNAL:
@@ -196,33 +176,53 @@ class SystemdBridge:
                 seen[iface] = props
                 self._on_change(unit, props)
         elif lib.sd_bus_message_is_signal(m, b"org.freedesktop.DBus.Local", b"Disconnected"):
-            self._lose(errno.ECONNRESET, LOST)
+            self._lose(UnitError(errno.ECONNRESET, LOST))
         else:
             self.signals.unwatched(path)
 
     def _reply(self, m, kind, cookie):
+        if cookie == self._subscribing:
+            self._subscribing = None
+            if kind == METHOD_ERROR:
+                text = sdbus.reply_error(m)[1]
+                self._lose(UnitError(errno.ECONNRESET, f"Subscribe refused: {text}"))
+            self.subscribed = True
+            return
         call = self._pending.pop(cookie, None)
-        if call is not None:
-            call[1](_error(*sdbus.reply_error(m)) if kind == METHOD_ERROR else None)
+        if call is None:
+            return
+        _, on_reply, decode = call
+        if kind == METHOD_ERROR:
+            on_reply(_error(*sdbus.reply_error(m)))
+        elif decode is None:
+            on_reply(None)
+        else:
+            on_reply(None, decode(m))
 
-    def _lose(self, code, text):
+    def _lose(self, exc):
         """A failed process(): fail the pending calls with ECONNRESET if the bus is lost."""
-        exc = _error(code, text)
         if exc.errno == errno.ECONNRESET:
-            self._lost = True
-            pending, self._pending = self._pending, {}
-            for _, on_reply in pending.values():
-                on_reply(exc)
+            self.drop(exc)
         raise exc
 
+    def drop(self, exc=None) -> None:
+        """Take the connection as lost (pump() keeps failing too): calls fail; reconnect()."""
+        exc = exc or UnitError(errno.ECONNRESET, LOST)
+        self._lost = True
+        pending, self._pending = self._pending, {}
+        for _, on_reply, _ in pending.values():
+            on_reply(exc)
+
     def next_deadline(self):
-        """The earliest deadline (time.monotonic()) of a pending call, or None."""
-        return min((d for d, _ in self._pending.values()), default=None)
+        """The deadline (time.monotonic()) of the oldest pending call, or None. Every call has
+        the owner's one per-call deadline, so it is the earliest (a reload that shortens it
+        can make a newer call's expiry wait for the oldest's)."""
+        return next(iter(self._pending.values()))[0] if self._pending else None
 
     def expire(self, now=None) -> None:
         """Fail every pending call whose deadline passed with ETIMEDOUT."""
         now = time.monotonic() if now is None else now
-        late = [c for c, (deadline, _) in self._pending.items() if deadline <= now]
+        late = [c for c, (deadline, _, _) in self._pending.items() if deadline <= now]
         for cookie in late:
             self._pending.pop(cookie)[1](UnitError(errno.ETIMEDOUT, "systemd did not answer"))
 
@@ -249,15 +249,26 @@ class SystemdBridge:
         Sent on the hot path's connection, it is answered after every call sent before it."""
         self._call(b"GetUnit", b"s", (unit,), on_reply, timeout)
 
+    def read_unit(self, unit, on_reply, timeout=CALL_TIMEOUT_SEC):
+        """GetAll of every interface of the unit, sent without waiting: a later pump() calls
+        ``on_reply(None, props)`` (LoadState and the tracked names) or ``on_reply(UnitError)``.
+        Answered after every call sent before it. A unit systemd does not have answers
+        LoadState "not-found" and is loaded as a stub for a moment: GetUnit would find it."""
+        path = sdbus.path_encode(UNIT_PREFIX, unit)
+        decode = self._reads.decode_all
+        self._call(b"GetAll", b"s", ("",), on_reply, timeout, target=(path, PROPERTIES, decode))
+
     @property
     def lost(self):
         """The connection was lost and not yet re-opened."""
         return self._lost
 
-    def _call(self, member, sig, args, on_reply=None, timeout=None, props=None):
+    def _call(self, member, sig, args, on_reply=None, timeout=None, props=None, target=None):
+        """``target``: (object path, interface, reply decoder) when not the manager's."""
         bus = self._connected()
+        obj, iface, decode = target or (MANAGER_PATH, MANAGER, None)
         try:
-            m = bus.new_call(SYSTEMD, MANAGER_PATH, MANAGER, member)
+            m = bus.new_call(SYSTEMD, obj, iface, member)
             append_all(m, sig, args)
             if props is not None:
                 append_properties(m, props)
@@ -265,24 +276,21 @@ class SystemdBridge:
             if on_reply is None:
                 bus.call(m, int((timeout or 0) * 1e6))
             else:
-                self._pending[bus.send(m)] = (time.monotonic() + timeout, on_reply)
+                self._pending[bus.send(m)] = (time.monotonic() + timeout, on_reply, decode)
         except OSError as exc:
             raise _error(exc.errno, exc.strerror) from None
 
     def _connected(self):
-        if self._bus is None:
-            raise UnitError(errno.ENOTCONN, "not connected to systemd")
         if self._lost:
             raise UnitError(errno.ECONNRESET, LOST)
+        if self._bus is None:
+            raise UnitError(errno.ENOTCONN, "not connected to systemd")
         return self._bus
 
     # ---- the rare calls, on pystemd (rare.py) ----
 
     def get_unit_properties(self, unit: str) -> dict:
-        """Unit and Service properties of the unit, merged and decoded.
-
-        A unit that is not loaded is not an error: it answers LoadState "not-found".
-        """
+        """Unit and Service properties, merged and decoded (not loaded: LoadState "not-found")."""
         self._connected()
         return self._rare.get_unit_properties(sdbus.path_encode(UNIT_PREFIX, unit))
 

@@ -142,9 +142,10 @@ class Calls:
         self._starts[unit] = driver  # before it is sent: a refusal may settle it at once
         self._go(driver)
 
-    def start_awaits_reconnect(self, unit):
-        """The unit's start lost its reply with the connection and is not looked up yet."""
-        return self._starts.get(unit) in self.waiting
+    def start_unsettled(self, unit):
+        """The unit's start is not settled yet: systemd may not have the unit."""
+        driver = self._starts.get(unit)
+        return driver is not None and not driver.call.settled
 
     def started(self, unit):
         """The unit's process runs, or its exec is over: its start budget stops."""

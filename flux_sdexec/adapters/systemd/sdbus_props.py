@@ -1,4 +1,5 @@
-"""Reading only the tracked properties of a PropertiesChanged signal (sa{sv}as).
+"""Reading only the tracked properties of a PropertiesChanged signal (sa{sv}as), or of a
+GetAll answer (a{sv}: every property of a unit, read after a reconnect).
 
 A Service signal carries ~17 properties and a Unit signal ~22, changed or not;
 sdexec reads six. The first signal of each interface is walked entry by entry to
@@ -23,34 +24,48 @@ _VALUE = {
 }
 
 
+def _rewind(m, head):
+    lib.sd_bus_message_rewind(m, 1)
+    if head:
+        lib.sd_bus_message_skip(m, head)
+
+
+GETALL = b"*GetAll"  # the layout of a GetAll answer of every interface (no D-Bus name)
+
+
 class PropsDecoder:
     """``decode(m) -> (interface, {name: value})``: the ``tracked`` names present in
     signal ``m``, and the interface whose properties it carries."""
 
     def __init__(self, tracked):
         self._tracked = {name.encode(): name for name in tracked}
-        self._programs = {}  # interface -> program (see _learn)
+        self._programs = {}  # interface (or GETALL) -> program (see _learn)
         self._strp = ffi.new("const char **")
         self._typep = ffi.new("char *")
         self.relearnt = 0  # layouts learnt again after a mismatch (tests, debugging)
 
     def decode(self, m):
-        strp = self._strp
-        if lib.sd_bus_message_read_basic(m, b"s", strp) <= 0:
+        if lib.sd_bus_message_read_basic(m, b"s", self._strp) <= 0:
             return b"", {}
-        iface = ffi.string(strp[0])
-        program = self._programs.get(iface)
+        iface = ffi.string(self._strp[0])
+        return iface, self._decode(m, iface, b"s")
+
+    def decode_all(self, m):
+        """A GetAll answer (a{sv}): ``{name: value}`` of the tracked names present."""
+        return self._decode(m, GETALL, b"")
+
+    def _decode(self, m, layout, head):
+        """The a{sv} after ``head`` by the program of ``layout``, learnt if it does not fit."""
+        program = self._programs.get(layout)
         if program is not None:
             out = self._run(m, program)
             if out is not None:
-                return iface, out
+                return out
             self.relearnt += 1
-        lib.sd_bus_message_rewind(m, 1)
-        lib.sd_bus_message_read_basic(m, b"s", strp)
-        program = self._programs[iface] = self._learn(m)
-        lib.sd_bus_message_rewind(m, 1)
-        lib.sd_bus_message_read_basic(m, b"s", strp)
-        return iface, self._run(m, program) or {}
+        _rewind(m, head)
+        program = self._programs[layout] = self._learn(m)
+        _rewind(m, head)
+        return self._run(m, program) or {}
 
     def _learn(self, m):
         """Walk the a{sv}; a program of (format, args, checks) steps, args None for a skip."""

@@ -32,23 +32,29 @@ RELEASED_MAX = 1024  # how many released units' signals count as late, not untra
 
 
 class UnitSignals:
-    """The signal matches of one connection (re-made by attach() after a reconnect)."""
+    """The signal matches of the bridge's connection (re-made by attach() after a reconnect).
 
-    def __init__(self):
+    Args:
+        shared: other brokers share the manager: connect over the bus first (connect.py).
+    """
+
+    def __init__(self, shared=False):
+        self.shared = shared
+        self._paths = set()  # the watched units' object paths
         self.untracked = 0
         self.late = 0
         self._released = OrderedDict()  # object paths of the units released last
         self._bus = None
         self._slots = None  # path -> slot, when the bus daemon filters per unit
 
-    def attach(self, bus, per_unit, paths):
-        """Install the matches on a new connection ``bus``: one per path in ``paths``
-        (per_unit: a bus, whose daemon filters), else the one that matches all."""
+    def attach(self, bus, per_unit):
+        """Install the matches on a new connection ``bus``: one per watched unit (per_unit:
+        a bus, whose daemon filters), else the one that matches all."""
         self._bus = bus
         if per_unit:
             self._slots = {}
-            for path in paths:
-                self.add(path)
+            for path in self._paths:
+                self._match(path)
         else:
             self._slots = None
             bus.add_match(SIGNAL_MATCH)
@@ -60,7 +66,11 @@ class UnitSignals:
 
     def add(self, path):
         """A unit is watched: let its signals through."""
+        self._paths.add(path)
         self._released.pop(path, None)
+        self._match(path)
+
+    def _match(self, path):
         if self._slots is not None and path not in self._slots:
             try:
                 self._slots[path] = self._bus.add_match(unit_match(path), wait=False)
@@ -70,6 +80,7 @@ class UnitSignals:
 
     def remove(self, path):
         """A unit is no longer watched: stop its signals."""
+        self._paths.discard(path)
         self._released[path] = None
         if len(self._released) > RELEASED_MAX:
             self._released.popitem(last=False)
