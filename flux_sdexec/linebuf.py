@@ -1,9 +1,13 @@
 """Output buffering: line splitting for streamed output, a bounded tail for waits.
 
 ``OutputBuffer`` turns the bytes each read returns into the chunks sent as
-output messages: one complete line per chunk in line mode (flux-core's
-contract; bulk-exec, bgexec and ``flux exec`` treat a message as one chunk),
-whatever the read returned in raw mode. ``RetainedOutput`` keeps the newest
+output messages: one complete line per chunk in line mode, whatever the read
+returned in raw mode. One line per message is what the clients need: libsubprocess'
+remote client (remote.c ``remote_out_check_cb``) waits for a complete line but then
+calls the output callback once per reactor turn, and ``flux exec`` (``output_cb``)
+and bulk-exec (``exec_output_cb``) take everything buffered with
+``flux_subprocess_read``: a message of many lines would get one ``--label-io``
+prefix, one exec.eventlog entry (t0025 shows it). ``RetainedOutput`` keeps the newest
 io objects of a waitable process. Pure: stdlib only.
 """
 

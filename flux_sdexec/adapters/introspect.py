@@ -45,6 +45,7 @@ def stats(svc):
         "module": svc.module_file,
         "systemd": systemd_link(svc.bridge.via),
         "reconnects": svc.bus.reconnects,
+        "signals": svc.bridge.signals.stats(),
         "tracked": tracked_counts(svc.registry),
         "adopted": svc.adopted,
         "containment": svc.containment.stats(),

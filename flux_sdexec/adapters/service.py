@@ -95,7 +95,8 @@ class SdexecService:
         self.responder = Responder(handle, log, Outbox(handle, log, self.watchers))
         self.runner = ActionRunner(self)
         self.accounting = Accounting(self)
-        self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED)
+        # several brokers on one manager: the bus, which filters signals by unit
+        self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED, shared=namer.rank_suffix)
         self.bridge.open()
         self.bus = BusWatcher(self.bridge, self.watchers, log, lambda: self.catch_up.catch_up())
         self.calls = Calls(self.bridge, self.bus, self.watchers, log, systemd_timeout)

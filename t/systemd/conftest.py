@@ -77,12 +77,14 @@ def state(props):
 class Harness:
     """An open bridge that records on_change() per unit and waits without sleeping."""
 
-    def __init__(self):
+    def __init__(self, shared=False):
         self.signals = defaultdict(list)
         self.views = defaultdict(dict)  # merged props up to cursor
         self.cursor = defaultdict(int)  # signals already looked at by wait_for()
         self.units = []
-        self.bridge = SystemdBridge(lambda unit, props: self.signals[unit].append(props), TRACKED)
+        self.bridge = SystemdBridge(
+            lambda unit, props: self.signals[unit].append(props), TRACKED, shared=shared
+        )
         self.bridge.open()
 
     def new_unit(self, unit=None):
@@ -150,3 +152,12 @@ def sd2(user_systemd):
     harness = Harness()
     yield harness
     harness.cleanup()
+
+
+@pytest.fixture
+def shared_pair(user_systemd):
+    """Two connections of brokers that share the manager (SystemdBridge shared=True)."""
+    pair = (Harness(shared=True), Harness(shared=True))
+    yield pair
+    for harness in pair:
+        harness.cleanup()

@@ -95,7 +95,9 @@ def module_stats(module_file):
     svc = SimpleNamespace(
         registry=[],
         module_file=module_file,
-        bridge=SimpleNamespace(via="/run/user/1/systemd/private"),
+        bridge=SimpleNamespace(
+            via="/run/user/1/systemd/private", signals=SimpleNamespace(stats=dict)
+        ),
         bus=SimpleNamespace(reconnects=0),
         adopted=0,
         containment=SimpleNamespace(stats=lambda: {}),

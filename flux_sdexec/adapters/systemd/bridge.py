@@ -56,6 +56,7 @@ from flux_sdexec.adapters.systemd.sdbus import METHOD_ERROR, SIGNAL, ffi, lib
 from flux_sdexec.adapters.systemd.sdbus_append import append, append_all, append_properties
 from flux_sdexec.adapters.systemd.sdbus_props import PropsDecoder
 from flux_sdexec.adapters.systemd.rare import RareCalls
+from flux_sdexec.adapters.systemd.unitsignals import UnitSignals
 from flux_sdexec.errors import UnitError
 
 UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
@@ -73,8 +74,9 @@ def _error(code, text):
 class SystemdBridge:
     """One connection to the systemd manager (module docstring); calls raise UnitError."""
 
-    def __init__(self, on_change, tracked, user_mode=True):
+    def __init__(self, on_change, tracked, user_mode=True, shared=False):
         self._on_change = on_change
+        self.signals = UnitSignals(shared)  # which signals reach us, and how many others do
         self._decoder = PropsDecoder(tracked)
         self._reads = PropsDecoder((*tracked, "LoadState"))  # read_unit's GetAll answers
         self._user_mode = user_mode
@@ -93,8 +95,8 @@ class SystemdBridge:
         self._open(wait=True)
 
     def close(self) -> None:
-        """Drop the connections; the watched set is kept for reconnect(), pending calls
-        are forgotten unanswered."""
+        """Drop the connections (the watched set stays for reconnect(); calls unanswered)."""
+        self.signals.detach()
         if self._bus is not None:
             self._bus.close()
             self._bus = None
@@ -117,7 +119,7 @@ class SystemdBridge:
 
     def _open(self, wait):
         try:
-            self._bus, self.via, self._subscribing = open_bus(self._user_mode, wait)
+            self._bus, self.via, self._subscribing = open_bus(self._user_mode, wait, self.signals)
         except OSError as exc:
             raise _error(exc.errno, exc.strerror) from None
         self._lost = False
@@ -131,11 +133,13 @@ class SystemdBridge:
         return self._bus is not None and not self._lost and bool(self._bus.events() & 4)
 
     def watch(self, unit: str) -> None:
-        self._watched[sdbus.path_encode(UNIT_PREFIX, unit)] = unit
+        self.signals.add(path := sdbus.path_encode(UNIT_PREFIX, unit))
+        self._watched[path] = unit
 
     def unwatch(self, unit: str) -> None:
         path = sdbus.path_encode(UNIT_PREFIX, unit)
         self._watched.pop(path, None)
+        self.signals.remove(path)
         self._seen.pop(path, None)
 
     def pump(self) -> None:
@@ -173,6 +177,8 @@ class SystemdBridge:
                 self._on_change(unit, props)
         elif lib.sd_bus_message_is_signal(m, b"org.freedesktop.DBus.Local", b"Disconnected"):
             self._lose(UnitError(errno.ECONNRESET, LOST))
+        else:
+            self.signals.unwatched(path)
 
     def _reply(self, m, kind, cookie):
         if cookie == self._subscribing:
@@ -200,8 +206,7 @@ class SystemdBridge:
         raise exc
 
     def drop(self, exc=None) -> None:
-        """Take the connection as lost (also when pump() keeps failing): every pending
-        call fails with ECONNRESET; reconnect() next."""
+        """Take the connection as lost (pump() keeps failing too): calls fail; reconnect()."""
         exc = exc or UnitError(errno.ECONNRESET, LOST)
         self._lost = True
         pending, self._pending = self._pending, {}
@@ -285,10 +290,7 @@ class SystemdBridge:
     # ---- the rare calls, on pystemd (rare.py) ----
 
     def get_unit_properties(self, unit: str) -> dict:
-        """Unit and Service properties of the unit, merged and decoded.
-
-        A unit that is not loaded is not an error: it answers LoadState "not-found".
-        """
+        """Unit and Service properties, merged and decoded (not loaded: LoadState "not-found")."""
         self._connected()
         return self._rare.get_unit_properties(sdbus.path_encode(UNIT_PREFIX, unit))
 

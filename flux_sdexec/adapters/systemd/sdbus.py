@@ -32,6 +32,10 @@ int sd_bus_get_events(sd_bus *bus);
 int sd_bus_process(sd_bus *bus, sd_bus_message **r);
 int sd_bus_add_match(sd_bus *bus, sd_bus_slot **slot, const char *match,
                      sd_bus_message_handler_t callback, void *userdata);
+int sd_bus_add_match_async(sd_bus *bus, sd_bus_slot **slot, const char *match,
+                           sd_bus_message_handler_t callback,
+                           sd_bus_message_handler_t install_callback, void *userdata);
+sd_bus_slot *sd_bus_slot_unref(sd_bus_slot *slot);
 int sd_bus_message_new_method_call(sd_bus *bus, sd_bus_message **m, const char *destination,
                                    const char *path, const char *interface, const char *member);
 int sd_bus_send(sd_bus *bus, sd_bus_message *m, uint64_t *cookie);
@@ -106,12 +110,15 @@ class Bus:
         self._msgp = ffi.new("sd_bus_message **")
         self._cookiep = ffi.new("uint64_t *")
         self._typep = ffi.new("uint8_t *")
-        self._slots = []
+        self._slots = set()  # sd_bus_slot * of our matches
 
     def close(self):
+        """Close the connection, then drop our matches (each held a reference to it)."""
         if self.bus is not None:
             lib.sd_bus_flush_close_unref(self.bus)
             self.bus = None
+            for slot in self._slots:
+                lib.sd_bus_slot_unref(slot)
             self._slots.clear()
 
     def fileno(self):
@@ -121,11 +128,27 @@ class Bus:
         """The poll events sd-bus waits for (POLLOUT while its write queue is not empty)."""
         return lib.sd_bus_get_events(self.bus)
 
-    def add_match(self, rule):
-        """Install a match whose messages come back from process() (NULL callback)."""
-        slot = ffi.new("sd_bus_slot **")
-        check(lib.sd_bus_add_match(self.bus, slot, rule, ffi.NULL, ffi.NULL), "add match")
-        self._slots.append(slot)
+    def add_match(self, rule, wait=True):
+        """Install a match whose messages come back from process() (NULL callback); its slot.
+
+        On a bus, the rule is also the bus daemon's filter (AddMatch): waited for, or with
+        ``wait=False`` sent without waiting (its failure then closes the connection). On a
+        direct connection the peer sends everything and the rule filters nothing.
+        """
+        slotp = ffi.new("sd_bus_slot **")
+        if wait:
+            r = lib.sd_bus_add_match(self.bus, slotp, rule, ffi.NULL, ffi.NULL)
+        else:
+            r = lib.sd_bus_add_match_async(self.bus, slotp, rule, ffi.NULL, ffi.NULL, ffi.NULL)
+        check(r, "add match")
+        self._slots.add(slotp[0])
+        return slotp[0]
+
+    def remove_match(self, slot):
+        """Drop a match of add_match() (on a bus, RemoveMatch is sent without waiting)."""
+        if slot in self._slots:
+            self._slots.discard(slot)
+            lib.sd_bus_slot_unref(slot)
 
     def new_call(self, dest, path, iface, member):
         """A method call message (owned: unref'd when collected)."""
