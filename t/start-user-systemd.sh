@@ -44,6 +44,13 @@ bus_up() {
     timeout 5 busctl --user call org.freedesktop.systemd1 /org/freedesktop/systemd1 \
         org.freedesktop.DBus.Peer Ping >/dev/null 2>&1
 }
+# A manager process of this uid that may not answer yet (SIGSTOPped by a fault test, in a
+# daemon-reexec, still starting): wait for it. Starting a second one would take over the
+# private socket and the bus name while the first keeps its units: two managers, each
+# knowing half of them. Found by pid, never signalled here.
+manager_pid() {
+    pgrep -u "$uid" -f '^(/usr)?/lib/systemd/systemd --user' | head -1
+}
 print_exports() {
     printf "export XDG_RUNTIME_DIR='%s'\n" "$XDG_RUNTIME_DIR"
     printf "export DBUS_SESSION_BUS_ADDRESS='%s'\n" "$DBUS_SESSION_BUS_ADDRESS"
@@ -78,14 +85,16 @@ have_dbus_socket=no
 for d in /etc/systemd/user /usr/lib/systemd/user /lib/systemd/user; do
     [ -e "$d/dbus.socket" ] && have_dbus_socket=yes && break
 done
-if [ $have_dbus_socket = no ] && ! manager_up; then
+if [ $have_dbus_socket = no ] && [ -z "$(manager_pid)" ] && ! manager_up; then
     echo "start-user-systemd: starting dbus-daemon on $DBUS_SESSION_BUS_ADDRESS" >&2
     (exec_cleanenv dbus-daemon --session --address="$DBUS_SESSION_BUS_ADDRESS" --fork \
         --nopidfile --syslog-only) </dev/null >>"$log" 2>&1 || die "dbus-daemon failed, see $log"
 fi
 
-pid=
-if ! manager_up; then
+pid=$(manager_pid)
+if [ -n "$pid" ]; then
+    echo "start-user-systemd: systemd --user (pid $pid) runs but does not answer yet: waiting" >&2
+elif ! manager_up; then
     echo "start-user-systemd: starting $sd --user (log: $log)" >&2
     (exec_cleanenv setsid "$sd" --user) </dev/null >>"$log" 2>&1 &
     pid=$!
