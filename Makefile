@@ -69,7 +69,7 @@ check-flux:
 		prove --timer $(addprefix ../,$(SHARNESS_TESTS)); \
 	fi
 
-# The chaos test (t/chaos/, README "Chaos test"): jobs through sdexec on 2 brokers while systemd,
+# The chaos test (t/chaos/, doc/dev/chaos.md): jobs through sdexec on 2 brokers while systemd,
 # the session bus and the module are disturbed; it disturbs the user manager for everyone on the
 # machine. `make check` runs a short one with a fixed seed (CHECK_CHAOS_SEED; CHECK_CHAOS=no
 # skips it, saying so); `make chaos` a long one (DURATION seconds, default 600; SEED, default
@@ -164,7 +164,7 @@ check-site:
 		t/site/site.sh down; exit $$rc; \
 	fi
 
-# The site harness (t/site/, README "Deploying at a site"): as root, a system instance owned by
+# The site harness (t/site/, doc/guide/install.md, "Deploying at a site"): as root, a system instance owned by
 # the `flux` user, its non-root systemd manager, munge and the real IMP; site-down stops it all.
 site-up:
 	t/site/site.sh up

@@ -7,7 +7,7 @@ Each bar is how many times better ours is than C: C/ours for times and CPU (lowe
 better), ours/C for rates (higher is better); bars grow from the parity line at 1, right
 where ours is better, left where C is. Each label carries C's figure (its range over the
 runs). Where a metric is bound by a floor no module can pass, a dashed mark shows the best
-ratio that floor allows (README "Performance": the broker's relay of a Python module's
+ratio that floor allows (doc/dev/performance.md: the broker's relay of a Python module's
 messages, the client's decoding).
 """
 
@@ -21,10 +21,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 C_SDBUS = "  C: sdexec + sdbus threads"
 RELAY = "  ours + the broker's rexec relay thread"
-# README "Performance": with a module costing nothing, the broker's relay of a Python
+# doc/dev/performance.md: with a module costing nothing, the broker's relay of a Python
 # module's messages (5.9 µs a line) holds line-mode cat near 0.87x C on two cores
 RELAY_LINE_MODE = 0.87
-# README "Performance": flux exec decoded 27 MB of raw output in 0.24 s of user CPU
+# doc/dev/performance.md: flux exec decoded 27 MB of raw output in 0.24 s of user CPU
 CLIENT_MB_PER_S = 27 / 0.24
 
 # summary row name -> (label, unit of C's figure); the C/ours direction comes from the row

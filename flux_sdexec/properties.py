@@ -194,6 +194,6 @@ def start_properties(cmdline, cwd, environment, fds, opts):
         props.append(("Type", "s", "exec"))
     if "IgnoreSIGPIPE" not in named:
         # systemd's default, made explicit: if sdexec dies, writes to the dead stdio
-        # sockets fail with EPIPE instead of killing the process (README, crash recovery)
+        # sockets fail with EPIPE instead of killing the process (doc/guide/recovery.md)
         props.append(("IgnoreSIGPIPE", "b", True))
     return props

@@ -22,7 +22,7 @@ Pure: stdlib only.
 import errno
 
 START, KILL = "StartTransientUnit", "KillUnit"
-DEFAULT_BUDGET = 300.0  # seconds; README "How it differs" says why
+DEFAULT_BUDGET = 300.0  # seconds; doc/guide/differences.md says why
 MAX_CALL_DEADLINE = 25.0  # sd-bus's default for a blocking call
 UNKNOWN = frozenset((errno.ECONNRESET, errno.ENOTCONN, errno.ETIMEDOUT))
 

@@ -57,13 +57,13 @@ for what in "$@"; do
     flux)
         if ! command -v flux >/dev/null; then
             need "flux-core (flux not on PATH)" \
-                "make flux-core FLUX_CORE_TARBALL=<flux-core release tarball>  (see README)"
+                "make flux-core FLUX_CORE_TARBALL=<flux-core release tarball>  (see doc/guide/install.md)"
         elif ! flux version 2>/dev/null | grep -q '+systemd'; then
             need "flux-core built with systemd support ($(command -v flux) lacks +systemd)" \
-                "make flux-core FLUX_CORE_TARBALL=<flux-core release tarball>  (see README)"
+                "make flux-core FLUX_CORE_TARBALL=<flux-core release tarball>  (see doc/guide/install.md)"
         elif ! py=$(flux python -c 'import sys; print(sys.executable)' 2>/dev/null); then
             need "flux's Python (flux python fails)" \
-                "make flux-core FLUX_CORE_TARBALL=<flux-core release tarball>  (see README)"
+                "make flux-core FLUX_CORE_TARBALL=<flux-core release tarball>  (see doc/guide/install.md)"
         elif ! world_runnable "$py"; then
             need "flux-core built with a Python every user can run ($py is not)" \
                 "make flux-core FLUX_CORE_TARBALL=<tarball>  (rebuilds it on /usr/bin/python3)"

@@ -41,7 +41,7 @@ if [ "$uid" != 0 ] || [ ! -e "${SETUP_DEBIAN:-/etc/debian_version}" ] || ! comma
     if [ -n "$flux" ]; then
         for what in flux-security flux-core; do
             src=$(scripts/tarball.sh --dry-run $what 2>/dev/null) && [ -f "$src" ] ||
-                src="<$what release tarball: README, Prerequisites>"
+                src="<$what release tarball: doc/guide/install.md, Prerequisites>"
             var=$(tr a-z- A-Z_ <<<"$what")_TARBALL
             echo "    make $what $var=$src"
         done

@@ -3,7 +3,7 @@
 test_description='Upgrading sdexec under running bgexec jobs
 
 Runs under flux start --test-size=2 with [exec] service = "sdexec", method =
-"bgexec". The upgrade procedure of the README (remove job-exec, reload sdexec
+"bgexec". The upgrade procedure of doc/guide/recovery.md (remove job-exec, reload sdexec
 on every rank, load job-exec) while jobs run: a clean unload while the
 instance runs leaves waitable units for the next sdexec, which adopts them,
 and job-exec reattaches. Also: a job that ends while sdexec is unloaded,
@@ -30,7 +30,7 @@ gated_job() {
 	wait_event $(cat $1.id) recoverable -p exec &&
 	sdexec_wait_until unit_active $(bgexec_unit $2 $(cat $1.id))
 }
-# upgrade: the procedure of the README.
+# upgrade: the procedure of doc/guide/recovery.md.
 upgrade() {
 	flux module remove job-exec &&
 	flux exec -r all flux module reload $SDEXEC_MODULE &&

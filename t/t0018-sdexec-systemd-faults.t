@@ -78,7 +78,7 @@ test_expect_success 'systemd-timeout: a bad value is refused by config reload, t
 # it (systemd never read it: sent again) or answered into the closed socket (the unit
 # is there: carried on). Ten rounds make at least one such start very likely.
 # No ";" in the command: systemd 252 writes it as "\;" into the transient unit file and,
-# re-reading the file after a reexec, runs a still-queued start with "\;" (README).
+# re-reading the file after a reexec, runs a still-queued start with "\;" (doc/guide/differences.md).
 test_expect_success 'starts whose reply is lost to a daemon-reexec complete (10 rounds)' '
 	before=$(logged "StartTransientUnit sent again\|unit was loaded, no reply") &&
 	for i in 1 2 3 4 5 6 7 8 9 10; do

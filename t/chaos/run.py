@@ -1,4 +1,4 @@
-"""The chaos run: ``python3 -m chaos`` (with t/ on PYTHONPATH; see README "Chaos test").
+"""The chaos run: ``python3 -m chaos`` (with t/ on PYTHONPATH; see doc/dev/chaos.md).
 
 The outer process (plain python3, no flux) renders conf.d/sdexec.toml as the sharness tests do,
 runs the inner one under ``flux start --test-size=2`` and, once the instance is gone, checks that

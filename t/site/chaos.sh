@@ -1,5 +1,5 @@
 #!/bin/sh
-# flux-sdexec: the chaos test (t/chaos, README "Chaos test") on the site instance.
+# flux-sdexec: the chaos test (t/chaos, doc/dev/chaos.md) on the site instance.
 #
 # Usage (root, site up; disturbs the flux user's manager: run it under the machine's lock):
 #   flock /tmp/sdexec-systemd.lock t/site/chaos.sh [python3 -m chaos options: --seed N ...]

@@ -68,8 +68,8 @@ def test_not_root_changes_nothing_and_prints_the_commands(tmp_path):
     assert out.returncode == 1
     assert "missing: flux-core" in out.stderr
     assert out.stdout.splitlines()[1:3] == [
-        "    make flux-security FLUX_SECURITY_TARBALL=<flux-security release tarball: README,"
-        " Prerequisites>",
+        "    make flux-security FLUX_SECURITY_TARBALL=<flux-security release tarball:"
+        " doc/guide/install.md, Prerequisites>",
         f"    make flux-core FLUX_CORE_TARBALL={core}",
     ]
     assert "nothing was changed" in out.stdout

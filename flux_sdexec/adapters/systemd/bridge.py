@@ -5,7 +5,7 @@ Imports no flux; runs no thread or loop of its own: the owner watches ``fileno()
 each PropertiesChanged of a watched unit to ``on_change(unit, props)`` (``props``
 holding only the ``tracked`` names) and each reply to its call's ``on_reply``.
 
-The split (measured, see README "Performance"):
+The split (measured, see doc/dev/performance.md):
 
 - Hot path, on our cffi binding of sd-bus (sdbus*.py): the signals (matched with a NULL
   callback, ~30-40 µs of CPU each instead of pystemd's ~120-160 µs, which builds every

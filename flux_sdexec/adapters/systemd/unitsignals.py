@@ -3,7 +3,7 @@
 systemd sends every subscribed client the signals of every unit of the manager. Over
 the bus, the bus daemon filters: one match rule per watched unit's object path, so the
 module is never woken for the units of other brokers sharing the manager (measured, see
-README "Performance"). Each rule is sent without waiting, before the unit's
+doc/dev/performance.md). Each rule is sent without waiting, before the unit's
 StartTransientUnit on the same connection, so the daemon has it before systemd can
 signal the unit. A direct connection to the private socket gets everything unasked:
 one rule matches all, and the bridge drops what is not a watched unit's in Python.

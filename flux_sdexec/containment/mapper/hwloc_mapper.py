@@ -3,7 +3,7 @@
 Drop-in for flux-core's default mapper (``cls(xml, rank)``): logical cores become
 ``AllowedCPUs`` (PU OS indexes) and ``AllowedMemoryNodes``; logical GPUs become
 one comma-separated ``DeviceAllow``; memory caps of ``extra_properties`` are
-scaled by allocated/total PUs. Differences from flux-core are listed in README.md.
+scaled by allocated/total PUs. Differences from flux-core are listed in doc/guide/containment.md.
 """
 
 import errno
