@@ -65,6 +65,7 @@ test_expect_success 'a unit ended inactive, not yet waited: the next sdexec answ
 	touch ended &&
 	sdexec_wait_until pid_gone ended &&
 	reload &&
+	test_debug "flux exec -r 1 flux dmesg | grep -i \"ref\|hold\|adopt\|left running\|ended\"" &&
 	test_expect_code 0 $sproc_wait -r 1 ended &&
 	sdexec_wait_until unloaded $(unit_of ended) &&
 	sdexec_wait_until no_guard

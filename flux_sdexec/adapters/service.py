@@ -115,7 +115,7 @@ class SdexecService:
         )
         self.after_release = StartsAfterRelease(self.serve, self.responder.respond_error, sender_of)
         self.orphans = OrphanWatch(self, orphan_interval)
-        self.holds = Holds(log)  # waitable units stay loaded once ended (holds.py)
+        self.holds = Holds(log, self.watchers)  # waitable units stay loaded once ended (holds.py)
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
         guard.stop(self.bridge, self.log, self.guard)  # after: it holds units that ended
         self.bus.pump()

@@ -8,11 +8,13 @@ Ref'd loaded until that client's Unref or until its connection closes. The manag
 private socket carries no sender name, so Ref is refused there (EINVAL): the references
 go over the bus, on a connection of their own. The unload closes it only once the guard
 unit, whose After= refers to the handed-over units, is loaded; the next sdexec takes its
-references before it stops the guard. Nothing else waits on this connection: what it
-reads is drained at each call.
+references before it stops the guard. A watcher drains the connection; when it is lost
+(a bus restart), every hold is taken again at once on a new one.
 """
 
 import errno
+
+from flux.constants import FLUX_POLLIN
 
 from flux_sdexec.adapters.systemd import sdbus
 
@@ -27,8 +29,10 @@ class Holds:
     """The references of one sdexec. A lost connection loses them: the next call reopens
     it and takes them all again."""
 
-    def __init__(self, log, user_mode=True):
+    def __init__(self, log, watchers=None, user_mode=True):
         self._log = log
+        self._watchers = watchers  # adapters.watchers.Watchers; None: drained at calls only
+        self._watcher = None
         self._user_mode = user_mode
         self._bus = None
         self._errors = {}  # cookie -> (member, unit), for the calls sent without waiting
@@ -54,10 +58,24 @@ class Holds:
 
     def close(self):
         """Drop every reference (the connection goes), after the guard took the units."""
+        self._drop()
+        self.held.clear()
+
+    def _drop(self):
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
         if self._bus is not None:
             self._bus.close()
             self._bus = None
-        self.held.clear()
+
+    def _readable(self):
+        try:
+            self._drain()
+        except OSError as exc:
+            self._log.warning(f"units held: connection lost ({exc}): taking every hold again")
+            self._drop()
+            self._open("every unit held")
 
     def _send(self, member, unit, wait, again=True):
         """Send ``member`` for ``unit``; False if it was not sent or systemd refused it."""
@@ -76,8 +94,7 @@ class Holds:
                 self._log.debug(f"{unit}: {member.decode()} refused: {exc}")
                 return False
             self._log.warning(f"{unit}: {member.decode()}: {exc}: taking every hold again")
-            self._bus.close()
-            self._bus = None
+            self._drop()
             if self._open(unit) and member == b"Ref" and again:
                 return self._send(member, unit, wait, again=False)
             return False
@@ -89,12 +106,14 @@ class Holds:
             self._bus = sdbus.Bus(self._user_mode)
             for other in self.held:
                 self._errors[self._bus.send(self._call(b"Ref", other))] = (b"Ref", other)
+            if self._watchers is not None:
+                fd = self._bus.fileno()
+                self._watcher = self._watchers.fd(fd, FLUX_POLLIN, self._readable, "holds")
+                self._watcher.start()
             return True
         except OSError as exc:
             self._log.error(f"{unit}: no bus to hold units on ({exc}): they go once ended")
-            if self._bus is not None:
-                self._bus.close()
-                self._bus = None
+            self._drop()
             return False
 
     def _call(self, member, unit):
