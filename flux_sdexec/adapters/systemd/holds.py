@@ -26,8 +26,8 @@ WAIT_USEC = 1_000_000  # a call awaited: systemd answers at once; a stalled bus 
 
 
 class Holds:
-    """The references of one sdexec. A lost connection loses them: the next call reopens
-    it and takes them all again."""
+    """The references of one sdexec. A lost connection loses them: the watcher (else the
+    next call) opens another and takes them all again."""
 
     def __init__(self, log, watchers=None, user_mode=True):
         self._log = log
@@ -41,8 +41,10 @@ class Holds:
 
     def hold(self, unit, wait=False):
         """Ref ``unit``; ``wait``: see systemd answer (adoption, before the guard stops)."""
-        if unit not in self.held and self._send(b"Ref", unit, wait):
-            self.held.add(unit)
+        if unit not in self.held:
+            self.held.add(unit)  # first: a refusal read while sending takes it out
+            if not self._send(b"Ref", unit, wait):
+                self.held.discard(unit)
 
     def release(self, unit):
         """Unref ``unit`` (its record is gone), awaited: systemd then collects it before it
@@ -79,7 +81,8 @@ class Holds:
 
     def _send(self, member, unit, wait, again=True):
         """Send ``member`` for ``unit``; False if it was not sent or systemd refused it."""
-        if self._bus is None and not self._open(unit):
+        skip = unit if member == b"Ref" else None  # sent below, awaited if asked
+        if self._bus is None and not self._open(unit, skip):
             return False
         try:
             m = self._call(member, unit)
@@ -95,16 +98,16 @@ class Holds:
                 return False
             self._log.warning(f"{unit}: {member.decode()}: {exc}: taking every hold again")
             self._drop()
-            if self._open(unit) and member == b"Ref" and again:
+            if self._open(unit, skip) and member == b"Ref" and again:
                 return self._send(member, unit, wait, again=False)
             return False
 
-    def _open(self, unit):
-        """A new connection, every unit held Ref'd on it again; False if none."""
+    def _open(self, unit, skip=None):
+        """A new connection, every unit held but ``skip`` Ref'd on it again; False if none."""
         self._errors.clear()
         try:
             self._bus = sdbus.Bus(self._user_mode)
-            for other in self.held:
+            for other in self.held - {skip}:
                 self._errors[self._bus.send(self._call(b"Ref", other))] = (b"Ref", other)
             if self._watchers is not None:
                 fd = self._bus.fileno()
