@@ -114,8 +114,6 @@ class Requests:
         the sweeper sees it gone)."""
         svc = self.svc
         if error is None:
-            if p.cmd.waitable:
-                svc.holds.hold(p.unit.name)  # loaded with its status once ended
             for channel in (p.in_, *p.outputs):
                 if channel.io is not None:
                     channel.io.release_remote()  # kept until now for a repeat of the start

@@ -135,6 +135,8 @@ class SdexecService:
                 self.log.error(f"{p.unit.name}: {type(action).__name__}: {exc!r}")
         if p.state is not ProcState.STARTING:
             self.calls.started(p.unit.name)
+            if p.cmd.waitable and not p.unit.gone:
+                self.holds.hold(p.unit.name)  # loaded with its status once ended (holds.py)
             if p.state is ProcState.DONE:
                 self.registry.remove(p)
                 self.holds.release(p.unit.name)
