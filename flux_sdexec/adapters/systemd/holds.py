@@ -3,7 +3,7 @@
 A unit whose main process sent STOPPING=1 (the IMP of a multi-user job) ends inactive,
 not "exited", and systemd unloads an inactive unit at once, exit status included, unless
 something refers to it. sdexec refers to every unit it may hand over, from the moment
-systemd took its start until its record goes. systemd keeps a unit a bus client has
+its process is reported until its record goes. systemd keeps a unit a bus client has
 Ref'd loaded until that client's Unref or until its connection closes. The manager's
 private socket carries no sender name, so Ref is refused there (EINVAL): the references
 go over the bus, on a connection of their own. The unload closes it only once the guard
