@@ -38,17 +38,20 @@ def instance_stays(policy, broker_state):
     return policy == KEEP_WAITABLE and broker_state == RUN_STATE
 
 
-def keepable(p):
+def keepable(p, held=frozenset()):
     """True for a process (SdProc) the next sdexec can adopt and report: waitable, its
-    start reported, no error stored, its unit still loaded, not already being let go."""
-    return p.keeps_record and p.error is None and p.state in _HANDED_OVER and not p.unit.gone
+    start reported, no error stored, its unit still loaded (not gone, or ended but in
+    ``held``: units sdexec keeps loaded, see adapters/systemd/holds.py), not already
+    being let go."""
+    loaded = not p.unit.gone or p.unit.name in held
+    return p.keeps_record and p.error is None and p.state in _HANDED_OVER and loaded
 
 
-def units_to_keep(procs, policy, broker_state):
+def units_to_keep(procs, policy, broker_state, held=frozenset()):
     """The unit names of ``procs`` that this unload leaves running (a set)."""
     if not instance_stays(policy, broker_state):
         return set()
-    return {p.unit.name for p in procs if keepable(p)}
+    return {p.unit.name for p in procs if keepable(p, held)}
 
 
 # Run by the guard unit: wait for the broker to exit, then stop what was handed over.

@@ -37,6 +37,7 @@ def adopt_leftovers(svc):
             p = SdProc(None, cmd, unit, adopted=True)
             svc.accounting.adopted(p, props)
             svc.registry.add(p)
+            svc.holds.hold(unit, wait=True)  # before the guard, which holds it, stops
             svc.bridge.watch(unit)
             p.watching = True
             p.unit.found_at_load(props)

@@ -21,6 +21,7 @@ from flux_sdexec.adapters.orphan_watch import OrphanWatch
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.outbox import Outbox
 from flux_sdexec.adapters.systemd import guard, teardown
+from flux_sdexec.adapters.systemd.holds import Holds
 from flux_sdexec.adapters.systemd.bridge import SystemdBridge
 from flux_sdexec.adapters.systemd.bus import BusWatcher
 from flux_sdexec.adapters.systemd.calls import Calls
@@ -117,6 +118,7 @@ class SdexecService:
         )
         self.after_release = StartsAfterRelease(self.serve, self.responder.respond_error, sender_of)
         self.orphans = OrphanWatch(self, orphan_interval)
+        self.holds = Holds(log, self.watchers)  # waitable units stay loaded once ended (holds.py)
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
         guard.stop(self.bridge, self.log, self.guard)  # after: it holds units that ended
         self.bus.pump()
@@ -137,8 +139,11 @@ class SdexecService:
                 self.log.error(f"{p.unit.name}: {type(action).__name__}: {exc!r}")
         if p.state is not ProcState.STARTING:
             self.calls.started(p.unit.name)
+            if p.cmd.waitable and not p.unit.gone:
+                self.holds.hold(p.unit.name)  # loaded with its status once ended (holds.py)
             if p.state is ProcState.DONE:
                 self.registry.remove(p)
+                self.holds.release(p.unit.name)
                 self.after_release.gone(p.unit.name)
         if pump:
             self.bus.pump()
@@ -180,7 +185,9 @@ class SdexecService:
         Args:
             broker_state: the local broker's state-machine state, None when unknown.
         """
-        keep = handoff.units_to_keep(self.registry, self.unload_policy, broker_state)
+        keep = handoff.units_to_keep(
+            self.registry, self.unload_policy, broker_state, self.holds.held
+        )
         slices = self.accounting.slices(p for p in self.registry if p.unit.name in keep)
         if not handoff.instance_stays(self.unload_policy, broker_state) and len(self.registry):
             self.log.info(
@@ -191,6 +198,7 @@ class SdexecService:
         self.orphans.close()
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
+        self.holds.hand_over()
         for p in self.registry:
             self.feed(p, Unloading(keep=p.unit.name in keep))
         try:
@@ -203,9 +211,11 @@ class SdexecService:
             left = [u for u in swept if u not in units]
             if keep and self.broker_pid is not None:
                 guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices)
+            self.holds.close()  # the guard, loaded, refers to the units kept
             teardown.see_units_gone(self.bridge, self.log, units + left)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
+        self.holds.close()
         self.bridge.close()
         self.responder.outbox.close()
         self.accounting.close()

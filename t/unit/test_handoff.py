@@ -108,6 +108,18 @@ def test_a_gone_or_failed_process_is_not_kept():
     assert handoff.units_to_keep([gone, failed], handoff.KEEP_WAITABLE, "run") == set()
 
 
+def test_an_ended_unit_sdexec_holds_loaded_is_kept():
+    """A waitable process whose unit ended inactive (an IMP's: STOPPING=1) but that sdexec
+    still holds loaded (Unit.Ref, adapters/systemd/holds.py) is handed over with its status."""
+    ended = proc("ended:t1.service")
+    replay(ended, "exit-1", until=until_failed("exit-1"))
+    handle(ended, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
+    assert ended.unit.gone and ended.state is ProcState.ZOMBIE
+    held = {"ended:t1.service"}
+    assert handoff.units_to_keep([ended], handoff.KEEP_WAITABLE, "run", held) == held
+    assert handoff.units_to_keep([ended], handoff.STOP_ALL, "run", held) == set()
+
+
 def test_a_kept_unit_is_logged_not_stopped_and_its_parked_wait_gets_enosys():
     """Unloading(keep=True): ENOSYS to the parked wait, one log line, no StopUnit."""
     p = running("run:t1.service")

@@ -1,0 +1,138 @@
+"""References (Unit.Ref) that keep sdexec's waitable units loaded after they end.
+
+A unit whose main process sent STOPPING=1 (the IMP of a multi-user job) ends inactive,
+not "exited", and systemd unloads an inactive unit at once, exit status included, unless
+something refers to it. sdexec refers to every unit it may hand over, from the moment
+its process is reported until its record goes. systemd keeps a unit a bus client has
+Ref'd loaded until that client's Unref or until its connection closes. The manager's
+private socket carries no sender name, so Ref is refused there (EINVAL): the references
+go over the bus, on a connection of their own. The unload closes it only once the guard
+unit, whose After= refers to the handed-over units, is loaded; the next sdexec takes its
+references before it stops the guard. A watcher drains the connection; when it is lost
+(a bus restart), every hold is taken again at once on a new one.
+"""
+
+import errno
+
+from flux.constants import FLUX_POLLIN
+
+from flux_sdexec.adapters.systemd import sdbus
+
+SYSTEMD = b"org.freedesktop.systemd1"
+UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
+UNIT = b"org.freedesktop.systemd1.Unit"
+LOST = sdbus.DISCONNECTED | {errno.ETIMEDOUT}  # else an answer of systemd's
+WAIT_USEC = 1_000_000  # a call awaited: systemd answers at once; a stalled bus costs this once
+
+
+class Holds:
+    """The references of one sdexec. A lost connection loses them: the watcher (else the
+    next call) opens another and takes them all again."""
+
+    def __init__(self, log, watchers=None, user_mode=True):
+        self._log = log
+        self._watchers = watchers  # adapters.watchers.Watchers; None: drained at calls only
+        self._watcher = None
+        self._user_mode = user_mode
+        self._bus = None
+        self._errors = {}  # cookie -> (member, unit), for the calls sent without waiting
+        self.held = set()
+        self._handing_over = False
+
+    def hold(self, unit, wait=False):
+        """Ref ``unit``; ``wait``: see systemd answer (adoption, before the guard stops)."""
+        if unit not in self.held:
+            self.held.add(unit)  # first: a refusal read while sending takes it out
+            if not self._send(b"Ref", unit, wait):
+                self.held.discard(unit)
+
+    def release(self, unit):
+        """Unref ``unit`` (its record is gone), awaited: systemd then collects it before it
+        reads sdexec's next call, which may start a unit of the same name (a label reused)."""
+        if unit in self.held and not self._handing_over:
+            self.held.discard(unit)
+            if self._bus is not None:  # else no reference is left to drop
+                self._send(b"Unref", unit, True)
+
+    def hand_over(self):
+        """The unload begins: every reference stays until close(), the guard loaded."""
+        self._handing_over = True
+
+    def close(self):
+        """Drop every reference (the connection goes), after the guard took the units."""
+        self._drop()
+        self.held.clear()
+
+    def _drop(self):
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        if self._bus is not None:
+            self._bus.close()
+            self._bus = None
+
+    def _readable(self):
+        try:
+            self._drain()
+        except OSError as exc:
+            self._log.warning(f"units held: connection lost ({exc}): taking every hold again")
+            self._drop()
+            self._open("every unit held")
+
+    def _send(self, member, unit, wait, again=True):
+        """Send ``member`` for ``unit``; False if it was not sent or systemd refused it."""
+        skip = unit if member == b"Ref" else None  # sent below, awaited if asked
+        if self._bus is None and not self._open(unit, skip):
+            return False
+        try:
+            m = self._call(member, unit)
+            if wait:
+                self._bus.call(m, WAIT_USEC)
+            else:
+                self._errors[self._bus.send(m)] = (member, unit)
+            self._drain()
+            return True
+        except OSError as exc:
+            if exc.errno not in LOST:  # the unit went before it was held
+                self._log.debug(f"{unit}: {member.decode()} refused: {exc}")
+                return False
+            self._log.warning(f"{unit}: {member.decode()}: {exc}: taking every hold again")
+            self._drop()
+            if self._open(unit, skip) and member == b"Ref" and again:
+                return self._send(member, unit, wait, again=False)
+            return False
+
+    def _open(self, unit, skip=None):
+        """A new connection, every unit held but ``skip`` Ref'd on it again; False if none."""
+        self._errors.clear()
+        try:
+            self._bus = sdbus.Bus(self._user_mode)
+            for other in self.held - {skip}:
+                self._errors[self._bus.send(self._call(b"Ref", other))] = (b"Ref", other)
+            if self._watchers is not None:
+                fd = self._bus.fileno()
+                self._watcher = self._watchers.fd(fd, FLUX_POLLIN, self._readable, "holds")
+                self._watcher.start()
+            return True
+        except OSError as exc:
+            self._log.error(f"{unit}: no bus to hold units on ({exc}): they go once ended")
+            self._drop()
+            return False
+
+    def _call(self, member, unit):
+        path = sdbus.path_encode(UNIT_PREFIX, unit)
+        return self._bus.new_call(SYSTEMD, path, UNIT, member)
+
+    def _drain(self):
+        """Read what came back. A refused Ref (the unit ended and went before systemd read
+        it: sdexec saw its end on its own connection) leaves nothing to Unref."""
+        while True:
+            r, m, kind, cookie = self._bus.process()
+            if m != sdbus.ffi.NULL:
+                member, unit = self._errors.pop(cookie, (None, None))
+                if member == b"Ref" and kind == sdbus.METHOD_ERROR:
+                    self.held.discard(unit)
+                    self._log.debug(f"{unit}: Ref refused: {sdbus.reply_error(m)[1]}")
+                sdbus.lib.sd_bus_message_unref(m)
+            if r <= 0:
+                return
