@@ -52,3 +52,15 @@ ranks_avail() {
 all_avail() {
     test "$(ranks_avail)" = "0-$LAST"
 }
+# no_guest_procs (replaces sharness-site.sh's, as other site instances may run the guests'
+# jobs meanwhile): no guest process in any node's cgroup subtree.
+no_guest_procs() {
+    for _n in $(seq 0 $LAST); do
+        for _p in $(find /sys/fs/cgroup/unified/$(node_slice $_n) -name cgroup.procs \
+            -exec cat {} + 2>/dev/null); do
+            for _g in $SITE_GUESTS; do
+                test "$(ps -o uid= -p $_p | tr -d " ")" != "$(id -u $_g)" || return 1
+            done
+        done
+    done
+}
