@@ -196,6 +196,11 @@ class SdexecService:
             )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
+        signals = {
+            p.unit.name: p.cmd.stop_signal
+            for p in self.registry
+            if p.cmd.stop_timer_sec is not None
+        }
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         for p in self.registry:
             self.feed(p, Unloading(keep=p.unit.name in keep))
@@ -209,7 +214,7 @@ class SdexecService:
             left = [u for u in swept if u not in units]
             if keep and self.broker_pid is not None:
                 guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep)
-            teardown.see_units_gone(self.bridge, self.log, units + left)
+            teardown.see_units_gone(self.bridge, self.log, units + left, stop_signals=signals)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
         self.bridge.close()
