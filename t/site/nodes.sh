@@ -89,9 +89,10 @@ broker_up() {
     node_enter "$1" true || return 1
     (
         SITE_NODE=$1
+        exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- # a test's (sharness's) descriptors
         as_user_exec "$SITE_USER" env -u FLUX_URI setsid flux broker \
             --config-path=/etc/flux/system/conf.d -Srundir=/run/flux \
-            -Slocal-uri="$NODES_LOCAL_URI" -Slog-stderr-level=3 \
+            -Slocal-uri="$NODES_LOCAL_URI" -Slog-stderr-level=6 \
             -Slog-filename="$SITE_STATE/node$1/flux/broker.log" -Sbroker.rc2_none \
             -Sbroker.quorum=1 -Sbroker.sd-notify=1 -Sbroker.module-nopanic=1 \
             </dev/null >>"$SITE_STATE/node$1/broker.out" 2>&1
@@ -101,8 +102,13 @@ broker_up() {
 broker_answers() {
     [ "$(node_user "$1" "$SITE_USER" timeout 10 flux getattr rank 2>/dev/null)" = "$1" ]
 }
+sdexec_running() {  # rc1 loaded our module on node N and it runs (S column: R)
+    node_user "$1" "$SITE_USER" timeout 10 flux module list 2>/dev/null |
+        awk '$1 == "sdexec" && $3 == "R" {ok = 1} END {exit !ok}'
+}
 broker_ready() {
-    site_wait_until "$SITE_TIMEOUT" broker_answers "$1" || {
+    site_wait_until "$SITE_TIMEOUT" broker_answers "$1" &&
+        site_wait_until "$SITE_TIMEOUT" sdexec_running "$1" || {
         tail -n 20 "$SITE_STATE/node$1/broker.out" "$SITE_STATE/node$1/flux/broker.log" >&2
         return 1
     }

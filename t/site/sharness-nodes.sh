@@ -64,3 +64,11 @@ no_guest_procs() {
         done
     done
 }
+# site_ranks_config_is FILE (replaces sharness-site.sh's): each node's broker, asked on its
+# own node, has the config in FILE.
+site_ranks_config_is() {
+    for _n in $(seq 1 $LAST); do
+        node_user $_n "$SITE_USER" timeout 10 flux config get | jq -S . | cmp -s - "$1" ||
+            return 1
+    done
+}
