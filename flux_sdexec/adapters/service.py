@@ -10,6 +10,7 @@ before a start), ``teardown`` (unload).
 
 import errno
 import json
+import os
 
 from flux_sdexec import handoff, settle, unitstate
 from flux_sdexec.adapters import adopt, cgroup
@@ -159,6 +160,21 @@ class SdexecService:
             self.log.error(f"{p.unit.name}: {exc}")
             return
         if props.get("LoadState") != "not-found":
+            self._unit_changed(p.unit.name, props)
+        elif p.pid > 0:
+            self._lost(p)
+
+    def _lost(self, p):
+        """A started unit the manager does not have after a reconnect (it restarted): its
+        processes, outside any manager now, get the unit's stop signal (a job shell's IMP
+        kills the whole job on SIGUSR1), and the process ends as killed, its unit gone."""
+        self.log.error(f"{p.unit.name}: unknown to systemd after the reconnect: ended")
+        if cgroup.pid_in_unit(p.pid, p.unit.name):
+            try:
+                os.kill(p.pid, p.cmd.stop_signal)
+            except OSError as exc:
+                self.log.error(f"{p.unit.name}: signal {p.cmd.stop_signal} to {p.pid}: {exc}")
+        for props in unitstate.lost_signals(p.pid):
             self._unit_changed(p.unit.name, props)
 
     def serve(self, msg, verb, func, remote_ok=False):
