@@ -150,7 +150,9 @@ install: man
 # The site tier: the sharness tests in t/site/ against a site brought up for them (and taken
 # down after, also on failure). One SKIP line, saying why, where this machine cannot run it (not
 # root, no flux-security, ...); in CI (CI=true) that is a failure.
-SITE_TESTS := $(sort $(wildcard t/site/t[0-9]*.t))
+# t011x run on N nodes (t/site/nodes.sh, NODES of them, 3 unless given).
+SITE_TESTS := $(sort $(filter-out t/site/t011%,$(wildcard t/site/t[0-9]*.t)))
+SITE_NODE_TESTS := $(sort $(wildcard t/site/t011*.t))
 check-site:
 	@why=$$(t/site/site.sh why-not); \
 	if [ -n "$$why" ]; then \
@@ -161,15 +163,20 @@ check-site:
 		scripts/prereqs.sh flux sharness systemd || exit 1; \
 		t/site/site.sh up || { t/site/site.sh down; exit 1; }; \
 		(cd t/site && prove --timer $(notdir $(SITE_TESTS))); rc=$$?; \
-		t/site/site.sh down; exit $$rc; \
+		t/site/site.sh down; [ $$rc = 0 ] || exit $$rc; \
+		echo "== tier: site tests on $${NODES:-3} nodes (one broker, one systemd each)"; \
+		t/site/nodes.sh up $${NODES:-3} || { t/site/nodes.sh down; exit 1; }; \
+		(cd t/site && prove --timer $(notdir $(SITE_NODE_TESTS))); rc=$$?; \
+		t/site/nodes.sh down; exit $$rc; \
 	fi
 
 # The site harness (t/site/, doc/guide/install.md, "Deploying at a site"): as root, a system instance owned by
 # the `flux` user, its non-root systemd manager, munge and the real IMP; site-down stops it all.
 site-up:
-	t/site/site.sh up
+	@if [ -n "$(NODES)" ]; then t/site/nodes.sh up $(NODES); else t/site/site.sh up; fi
 
 site-down:
+	t/site/nodes.sh down
 	t/site/site.sh down
 
 demo:

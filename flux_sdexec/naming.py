@@ -33,6 +33,12 @@ def f58plain(component):
     return _UNSAFE_RE.sub("_", component)
 
 
+def needs_instance_uuid(jobid_path, system_instance):
+    """Whether the instance part of unit names comes from rank 0's ``broker.uuid``: only for
+    an unnamed top-level instance that is not the system instance (see render_instance)."""
+    return not system_instance and not [p for p in jobid_path.split("/") if p]
+
+
 def render_instance(jobid_path, system_instance, instance_uuid):
     """Render the broker's jobid-path as the instance part of a unit name.
 

@@ -14,6 +14,21 @@ EXEC_FAILURE_STATUSES = range(200, 244)  # systemd's EXIT_* codes (203 = EXIT_EX
 CLD_EXITED, CLD_KILLED = 1, 2  # ExecMainCode; CLD_DUMPED (3) is reported like an exit
 
 
+def lost_signals(pid):
+    """What a unit its manager no longer has (the manager restarted) is taken to have said:
+    failed, its main process ``pid`` killed (SIGKILL, status 9), then gone, so that its exec
+    ends (a list of PropertiesChanged property sets)."""
+    failed = {
+        "ActiveState": "failed",
+        "SubState": "failed",
+        "Result": "signal",
+        "ExecMainPID": pid,
+        "ExecMainCode": CLD_KILLED,
+        "ExecMainStatus": 9,
+    }
+    return [failed, {"ActiveState": "inactive", "SubState": "dead"}]
+
+
 def forget_call(active_state, queued=False):
     """The one policy for making systemd forget a loaded unit: the call due in ``active_state``.
 

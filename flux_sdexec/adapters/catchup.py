@@ -10,7 +10,9 @@ One rule for a unit systemd answers "not-found": while its start has not settled
 may not have it yet (the start's lookup sends it again, and its signals follow): ignored.
 Otherwise systemd stopped and forgot it, its last signals lost with the connection (a
 StopUnit or a release, then a daemon-reexec): fed as gone (unitstate.py), so that the
-process ends instead of waiting for a signal that cannot come.
+process ends instead of waiting for a signal that cannot come. A unit that was running
+(its exit not known) is one a restarted manager no longer has: ``lost(p)`` ends it as
+killed, after its processes, now outside any manager, get the unit's stop signal.
 
 A read not answered within the call deadline (a stalled systemd) is sent again; one lost
 with the connection is read again by the next reconnect's catch-up.
@@ -30,15 +32,17 @@ class CatchUp:
         registry: the tracked SdProcs.
         calls: the Calls (``reconnected()``, ``start_unsettled(unit)``).
         feed: ``feed(p, input)``, the service's one way into a process.
+        lost: ``lost(p)``, for a running process whose unit the manager no longer has.
         log: the module's BrokerLogger.
         deadline: a callable giving the per-call deadline in seconds.
     """
 
-    def __init__(self, bridge, registry, calls, feed, log, deadline):
+    def __init__(self, bridge, registry, calls, feed, lost, log, deadline):
         self.bridge = bridge
         self.registry = registry
         self.calls = calls
         self.feed = feed
+        self.lost = lost
         self.log = log
         self.deadline = deadline
 
@@ -64,6 +68,10 @@ class CatchUp:
             elif exc.errno != errno.ECONNRESET:
                 self.log.error(f"{unit}: catch-up: {exc}")
             return
-        if props.get("LoadState") == "not-found" and self.calls.start_unsettled(unit):
-            return
+        if props.get("LoadState") == "not-found":
+            if self.calls.start_unsettled(unit):
+                return
+            if p.pid > 0 and p.unit.code is None:
+                self.lost(p)
+                return
         self.feed(p, UnitChanged(props))

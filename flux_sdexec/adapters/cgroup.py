@@ -39,6 +39,16 @@ def _cgroup2_path(pid, proc="/proc"):
     return None
 
 
+def pid_in_unit(pid, unit, proc="/proc"):
+    """Whether process ``pid`` is now in a cgroup of ``unit`` (so a signal reaches it, not a
+    process that reused the pid)."""
+    try:
+        with open(f"{proc}/{pid}/cgroup") as f:
+            return any(line.rstrip("\n").endswith(f"/{unit}") for line in f)
+    except OSError:
+        return False
+
+
 def check_allowed_cpus(pid, expected):
     """Compare the cpuset of ``pid``'s cgroup with ``expected`` (an idset string).
 

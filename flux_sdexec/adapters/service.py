@@ -10,6 +10,7 @@ at load), ``catchup`` (every unit again after a reconnect), ``requests.Requests`
 
 import errno
 import json
+import os
 
 from flux_sdexec import handoff, orphans, settle, unitstate
 from flux_sdexec.adapters import adopt, cgroup
@@ -102,7 +103,13 @@ class SdexecService:
         self.bus = BusWatcher(self.bridge, self.watchers, log, lambda: self.catch_up.catch_up())
         self.calls = Calls(self.bridge, self.bus, self.watchers, log, systemd_timeout)
         self.catch_up = CatchUp(
-            self.bridge, self.registry, self.calls, self.feed, log, lambda: self.calls.deadline
+            self.bridge,
+            self.registry,
+            self.calls,
+            self.feed,
+            self._lost,
+            log,
+            lambda: self.calls.deadline,
         )
         self.sweeper = Sweeper(
             self.bridge, self.bus, self.watchers, log, lambda: self.calls.deadline
@@ -157,6 +164,19 @@ class SdexecService:
             self.log.debug(f"{unit}: {state} {json.dumps(props, default=str)[:200]}")
         self.feed(p, UnitChanged(props))
 
+    def _lost(self, p):
+        """A started unit the manager does not have after a reconnect (it restarted): its
+        processes, outside any manager now, get the unit's stop signal (a job shell's IMP
+        kills the whole job on SIGUSR1), and the process ends as killed, its unit gone."""
+        self.log.error(f"{p.unit.name}: unknown to systemd after the reconnect: ended")
+        if cgroup.pid_in_unit(p.pid, p.unit.name):
+            try:
+                os.kill(p.pid, p.cmd.stop_signal)
+            except OSError as exc:
+                self.log.error(f"{p.unit.name}: signal {p.cmd.stop_signal} to {p.pid}: {exc}")
+        for props in unitstate.lost_signals(p.pid):
+            self._unit_changed(p.unit.name, props)
+
     def serve(self, msg, verb, func, remote_ok=False):
         """Run ``func(msg)`` for a request, turning any failure into one error response."""
         try:
@@ -197,6 +217,11 @@ class SdexecService:
         self.after_release.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         self.orphans.close()
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
+        signals = {
+            p.unit.name: p.cmd.stop_signal
+            for p in self.registry
+            if p.cmd.stop_timer_sec is not None
+        }
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         self.holds.hand_over()
         for p in self.registry:
@@ -212,7 +237,7 @@ class SdexecService:
             if keep and self.broker_pid is not None:
                 guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices)
             self.holds.close()  # the guard, loaded, refers to the units kept
-            teardown.see_units_gone(self.bridge, self.log, units + left)
+            teardown.see_units_gone(self.bridge, self.log, units + left, stop_signals=signals)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
         self.holds.close()

@@ -32,6 +32,9 @@ from flux_sdexec.adapters.requests import Requests  # noqa: E402
 from flux_sdexec.adapters.service import SdexecService  # noqa: E402
 from flux_sdexec.adapters.watchers import guarded  # noqa: E402
 
+# rank 0 answers in milliseconds; a follower in rc1 once waited forever for it (3 nodes)
+UUID_TIMEOUT = 30.0
+
 
 def _attr(handle, name, default=None):
     try:
@@ -74,14 +77,19 @@ class SdexecModule(BrokerModule):
         self._sigterm.start()
 
     def _instance(self, h, rank):
+        system = _attr(h, "broker.sd-notify") is not None
+        jobid_path = _attr(h, "jobid-path", "/")
         uuid = _attr(h, "broker.uuid", "")
-        if rank != 0:
+        if rank != 0 and naming.needs_instance_uuid(jobid_path, system):
             try:
-                uuid = h.rpc("attr.get", {"name": "broker.uuid"}, nodeid=0).get()["value"]
+                uuid = (
+                    h.rpc("attr.get", {"name": "broker.uuid"}, nodeid=0)
+                    .wait_for(UUID_TIMEOUT)
+                    .get()["value"]
+                )
             except OSError as exc:
                 self.log.warning(f"broker.uuid of rank 0: {exc}; using this rank's")
-        system = _attr(h, "broker.sd-notify") is not None
-        return naming.render_instance(_attr(h, "jobid-path", "/"), system, uuid)
+        return naming.render_instance(jobid_path, system, uuid)
 
     def _rank_suffix(self, h):
         return naming.needs_rank_suffix(_attr(h, "broker.mapping"))

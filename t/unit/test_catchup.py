@@ -68,9 +68,16 @@ class Service:
         self.bridge = Bridge(self.sent)
         self.calls = Calls(self.sent, unsettled)
         self.actions = []
+        self.lost = []
         self.log = Log()
         self.catch_up = CatchUp(
-            self.bridge, self.registry, self.calls, self.feed, self.log, lambda: 5.0
+            self.bridge,
+            self.registry,
+            self.calls,
+            self.feed,
+            self.lost.append,
+            self.log,
+            lambda: 5.0,
         )
 
     def feed(self, p, event):
@@ -135,6 +142,18 @@ def test_a_start_taken_but_forgotten_fails_the_exec():
     svc.bridge.answer("gone.service", FORGOTTEN)
     assert p.state is ProcState.DONE
     assert [a.errnum for a in svc.actions if isinstance(a, RespondError)] == [errno.EINVAL]
+
+
+def test_a_running_process_whose_unit_is_not_found_is_lost():
+    """A unit that was running (no exit known) and is "not-found" after a reconnect: the
+    manager restarted without it. It is handed to ``lost`` (its processes signalled, the
+    process ended as killed), not fed as an ordinary end with no exit status."""
+    svc = Service()
+    p = svc.track(new(unit="run.service"), *RUN_AND_EXIT_0[:2])
+    assert p.state is ProcState.RUNNING
+    svc.catch_up.catch_up()
+    svc.bridge.answer("run.service", FORGOTTEN)
+    assert svc.lost == [p]
 
 
 def test_lookups_go_out_before_the_reads():

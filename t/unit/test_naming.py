@@ -86,3 +86,12 @@ def test_check_unit_name_rejects(name):
     with pytest.raises(RequestError) as info:
         check_unit_name(name)
     assert info.value.errno == errno.EINVAL
+
+
+def test_only_an_unnamed_top_level_test_instance_needs_rank_0s_uuid():
+    from flux_sdexec.naming import needs_instance_uuid
+
+    assert needs_instance_uuid("/", False)
+    assert not needs_instance_uuid("/", True)  # the system instance: sys
+    assert not needs_instance_uuid("/ƒ2Xz", False)  # a job's instance: its jobid path
+    assert not needs_instance_uuid("/ƒ2Xz/ƒABC", True)

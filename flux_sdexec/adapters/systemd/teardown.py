@@ -62,25 +62,41 @@ def ensure_connected(bridge, log):
             time.sleep(reconnect_delay(attempt))
 
 
-def see_units_gone(bridge, log, units, grace=UNLOAD_GRACE):
-    """Wait until systemd forgot ``units`` (StopUnit already sent); SIGKILL laggards.
+def see_units_gone(bridge, log, units, grace=UNLOAD_GRACE, stop_signals=None):
+    """Wait until systemd forgot ``units`` (StopUnit already sent); signal laggards.
 
-    Each failed unit gets ResetFailedUnit; units still loaded after ``grace`` get
-    SIGKILL on all their processes and another ``grace``; what still remains is logged.
+    Each failed unit gets ResetFailedUnit. A unit still loaded after ``grace`` first gets
+    its stop signal on its main process (``stop_signals``: unit name to the exec's
+    SDEXEC_STOP_TIMER_SIGNAL; SIGUSR1 for a multi-user job shell, which the IMP turns into
+    SIGKILL of every process of the job, RFC 15, as the flux user's manager cannot signal
+    them) and another ``grace``; then SIGKILL on all its processes and another ``grace``.
+    What still remains is logged.
     """
-    for last_resort in (False, True):
-        deadline = time.monotonic() + grace
-        while units and time.monotonic() < deadline:
-            loaded = {name: active for name, active, _ in bridge.list_units(units)}
-            units = [u for u in units if loaded.get(u, "inactive") != "inactive"]
-            for unit in units:
-                if forget_call(loaded[unit]) == "reset-failed":
-                    quietly(log, bridge.reset_failed_unit, unit)
-            select.select([bridge.fileno()], [], [], 0.05)
-            bridge.pump()
-        if units and not last_resort:
-            for unit in units:
-                log.error(f"{unit}: not stopped after {grace:g}s, SIGKILL")
-                quietly(log, bridge.kill_unit, unit, signal.SIGKILL, "all")
+    stop_signals = stop_signals or {}
+    units = _wait_gone(bridge, log, units, grace)
+    signalled = [u for u in units if stop_signals.get(u) is not None]
+    for unit in signalled:
+        signum = stop_signals[unit]
+        log.error(f"{unit}: not stopped after {grace:g}s, signal {signum} to its main process")
+        quietly(log, bridge.kill_unit, unit, signum, "main")
+    if signalled:
+        units = _wait_gone(bridge, log, units, grace)
     for unit in units:
+        log.error(f"{unit}: not stopped after {grace:g}s, SIGKILL")
+        quietly(log, bridge.kill_unit, unit, signal.SIGKILL, "all")
+    for unit in _wait_gone(bridge, log, units, grace):
         log.error(f"{unit}: still loaded, giving up")
+
+
+def _wait_gone(bridge, log, units, grace):
+    """Poll until systemd forgot ``units`` or ``grace`` passed; returns those still loaded."""
+    deadline = time.monotonic() + grace
+    while units and time.monotonic() < deadline:
+        loaded = {name: active for name, active, _ in bridge.list_units(units)}
+        units = [u for u in units if loaded.get(u, "inactive") != "inactive"]
+        for unit in units:
+            if forget_call(loaded[unit]) == "reset-failed":
+                quietly(log, bridge.reset_failed_unit, unit)
+        select.select([bridge.fileno()], [], [], 0.05)
+        bridge.pump()
+    return units
