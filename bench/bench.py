@@ -13,228 +13,42 @@ and 1 (plus sdbus for the C module), measures
   5. the module's CPU seconds (schedstat run time) in each phase, and our module's RSS,
 
 then unloads it and prints a comparison table (``--json``: also the rows, for
-bench/chart.py). This file measures; procfs.py finds the module's tasks in /proc;
-report.py pools the rounds and formats. Standard library only.
+bench/chart.py). This file runs the rounds; measure.py measures; flux_cmd.py runs flux
+commands; procfs.py finds the module's tasks in /proc; report.py pools the rounds and formats.
+Standard library only.
 """
 
 import argparse
-import hashlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
-from procfs import BenchError, Tasks, cpu_delta, host_note, locate, rss_kb
-from report import aggregate, details, percentile, summary, table
+from procfs import BenchError, Tasks, host_note, locate, rss_kb
+from report import aggregate, details, summary, table
 
-DEVNULL = subprocess.DEVNULL
-
-
-def log(text):
-    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
-
-
-RANK_URI = {}  # rank -> local-uri, for commands aimed at one broker (see rank_uris())
-
-
-def run(args, timeout=60, check=True, rank=None, **kw):
-    """Run a command (against broker ``rank`` if given); return CompletedProcess."""
-    if rank is not None:
-        kw["env"] = dict(os.environ, FLUX_URI=RANK_URI[rank])
-    kw.setdefault("stdin", DEVNULL)
-    kw.setdefault("stdout", subprocess.PIPE)
-    kw.setdefault("stderr", subprocess.PIPE)
-    try:
-        p = subprocess.run(args, timeout=timeout, text=True, **kw)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"timed out after {timeout}s: {' '.join(args)}") from None
-    if check and p.returncode != 0:
-        raise BenchError(f"rc={p.returncode}: {' '.join(args)}\n{p.stderr or ''}")
-    return p
-
-
-def rank_attrs(size):
-    """{rank: (local-uri, broker.pid)}: all brokers run on this host (--test-size).
-
-    Asked over RPC rather than with ``flux exec -r N``: flux-core 0.88's rexec logs
-    "fbuf_read_watcher on stdout" errors for some multi-line outputs.
-    """
-    import flux
-
-    h = flux.Flux()
-    attrs = {}
-    for rank in range(size):
-
-        def get(name):
-            return h.rpc("attr.get", {"name": name}, nodeid=rank).get()["value"]
-
-        attrs[rank] = (get("local-uri"), int(get("broker.pid")))
-    return attrs
-
-
-# ---- the measurements ----
-
-
-def exec_cmd(service, *cmd):
-    return ["flux", "exec", "--service", service, "-r", "0", *cmd]
-
-
-def measure_latency(tasks, runs, warmup, service="sdexec"):
-    for _ in range(warmup):
-        run(exec_cmd(service, "true"), timeout=30, stdout=DEVNULL)
-    c0 = tasks.read() if tasks else None
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        run(exec_cmd(service, "true"), timeout=30, stdout=DEVNULL)
-        times.append(time.perf_counter() - t0)
-    c1 = tasks.read() if tasks else None
-    return {
-        "median": statistics.median(times),
-        "p90": percentile(times, 90),
-        "p99": percentile(times, 99),
-        "min": min(times),
-        "max": max(times),
-        "times": times,
-        "cpu": cpu_delta(c0, c1) if c0 else None,
-    }
-
-
-def file_digest(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def measure_cat(tasks, path, runs, expect_digest, raw=False):
-    """Throughput of ``cat path`` through the module, line mode or raw mode (one message
-    per read: ``stdout_LINE_BUFFER=false``)."""
-    size = os.path.getsize(path)
-    cat = ["--setopt=stdout_LINE_BUFFER=false"] if raw else []
-    cat += ["cat", path]
-    ok = None
-    if expect_digest:  # one untimed run to check the output arrives complete and in order
-        p = subprocess.run(
-            exec_cmd("sdexec", *cat),
-            stdin=DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            timeout=120,
-        )
-        if p.returncode != 0:
-            raise BenchError(f"cat check: rc={p.returncode} {p.stderr.decode()[-500:]}")
-        ok = hashlib.sha256(p.stdout).hexdigest() == expect_digest
-        if not ok:
-            log(f"cat check: output differs ({len(p.stdout)} of {size} bytes)")
-    c0 = tasks.read()
-    rates = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        run(exec_cmd("sdexec", *cat), timeout=120, stdout=DEVNULL)
-        rates.append(size / 1e6 / (time.perf_counter() - t0))
-    c1 = tasks.read()
-    return {
-        "mbs": statistics.median(rates),
-        "all": rates,
-        "cpu": cpu_delta(c0, c1) if c0 else None,
-        "verified": ok,
-    }
-
-
-def measure_concurrent(tasks, n):
-    """Wall time of ``n`` launches of ``true`` started at once, each its own client."""
-    c0 = tasks.read()
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen(exec_cmd("sdexec", "true"), stdin=DEVNULL) for _ in range(n)]
-    rcs = [p.wait(timeout=120) for p in procs]
-    wall = time.perf_counter() - t0
-    return {
-        "n": n,
-        "wall": wall,
-        "failed": sum(1 for rc in rcs if rc),
-        "cpu": cpu_delta(c0, tasks.read()),
-    }
-
-
-def list_units(pattern=None):
-    args = ["systemctl", "--user", "list-units", "--all", "--no-legend", "--plain"]
-    if pattern:
-        args.append(pattern)
-    p = run(args, timeout=30)
-    return {line.split()[0]: " ".join(line.split()[1:4]) for line in p.stdout.splitlines() if line}
-
-
-def measure_burst(tasks, njobs, timeout):
-    c0 = tasks.read()
-    t0 = time.perf_counter()
-    p = run(["flux", "submit", "--flags=waitable", f"--cc=1-{njobs}", "true"], timeout=timeout)
-    ids = p.stdout.split()
-    w = run(["flux", "job", "wait", "--all"], timeout=timeout, check=False)
-    elapsed = time.perf_counter() - t0
-    c1 = tasks.read()
-    if len(ids) != njobs:
-        raise BenchError(f"submitted {len(ids)} jobs, expected {njobs}")
-    # every job: COMPLETED with exit code 0
-    q = run(["flux", "jobs", "-n", "-o", "{id.f58plain} {result} {returncode}", *ids], timeout=60)
-    rows = [line.split() for line in q.stdout.splitlines()]
-    bad = [r for r in rows if r[1:] != ["COMPLETED", "0"]]
-    plain = {r[0] for r in rows}
-    # the job shells' units must be gone (allow a few seconds for the stop/reset to land)
-    deadline = time.time() + 10
-    while True:
-        shells = list_units("*shell*")
-        mine = {u: s for u, s in shells.items() if any(j in u for j in plain)}
-        if not mine or time.time() > deadline:
-            break
-        time.sleep(0.5)
-    return {
-        "jps": njobs / elapsed,
-        "elapsed": elapsed,
-        "cpu": cpu_delta(c0, c1) if c0 else None,
-        "wait_rc": w.returncode,
-        "wait_out": (w.stdout + w.stderr).strip(),
-        "bad": bad,
-        "counted": len(rows),
-        "shell_units_ours": mine,
-        "shell_units_all": shells,
-    }
-
-
-# ---- module load/unload ----
-
-
-def loaded(rank):
-    p = run(["flux", "module", "list"], rank=rank, timeout=30)
-    return {line.split()[0] for line in p.stdout.splitlines()[1:] if line.strip()}
-
-
-def load_module(kind, path, ranks):
-    for rank in ranks:
-        if kind == "C" and "sdbus" not in loaded(rank):
-            run(["flux", "module", "load", "sdbus"], rank=rank, timeout=60)
-        run(["flux", "module", "load", path], rank=rank, timeout=60)
-        if "sdexec" not in loaded(rank):
-            raise BenchError(f"rank {rank}: sdexec not listed after loading {path}")
-
-
-def unload_module(kind, ranks):
-    for rank in reversed(ranks):
-        run(["flux", "module", "remove", "sdexec"], rank=rank, timeout=60)
-        if kind == "C":
-            run(["flux", "module", "remove", "sdbus"], rank=rank, timeout=60)
-
-
-def dmesg_lines(rank):
-    return run(["flux", "dmesg"], rank=rank, timeout=30).stdout.splitlines()
-
-
-def dmesg_problems(ranks):
-    keys = (".err[", ".crit[", ".alert[", ".emerg[", ".warning[")
-    return [line for r in ranks for line in dmesg_lines(r) if any(k in line for k in keys)]
+from flux_cmd import (
+    DEVNULL,
+    log,
+    RANK_URI,
+    run,
+    rank_attrs,
+    loaded,
+    load_module,
+    unload_module,
+    dmesg_lines,
+    dmesg_problems,
+)
+from measure import (
+    exec_cmd,
+    measure_latency,
+    file_digest,
+    measure_cat,
+    measure_concurrent,
+    list_units,
+    measure_burst,
+)
 
 
 def bench_module(kind, path, args, broker_pids, digest, round_no):

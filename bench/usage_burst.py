@@ -15,7 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench  # noqa: E402
+from flux_cmd import RANK_URI, load_module, rank_attrs, run, unload_module  # noqa: E402
+from measure import measure_burst  # noqa: E402
+from procfs import BenchError  # noqa: E402
 
 
 class NoTasks:
@@ -30,21 +32,21 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     modules = [m.split("=", 1) for m in args.modules]
-    attrs = bench.rank_attrs(int(bench.run(["flux", "getattr", "size"]).stdout))
-    bench.RANK_URI.update({r: a[0] for r, a in attrs.items()})
+    attrs = rank_attrs(int(run(["flux", "getattr", "size"]).stdout))
+    RANK_URI.update({r: a[0] for r, a in attrs.items()})
     ranks = sorted(attrs)
     jps = {name: [] for name, _ in modules}
     for round_no in range(args.rounds):
         order = modules if round_no % 2 == 0 else list(reversed(modules))
         for name, path in order:
             kind = "C" if name == "C" else "ours"
-            bench.load_module(kind, path, ranks)
+            load_module(kind, path, ranks)
             try:
-                res = bench.measure_burst(NoTasks(), args.jobs, 300)
+                res = measure_burst(NoTasks(), args.jobs, 300)
             finally:
-                bench.unload_module(kind, ranks)
+                unload_module(kind, ranks)
             if res["bad"] or res["wait_rc"]:
-                raise bench.BenchError(f"{name}: {res['bad'][:3]} wait rc {res['wait_rc']}")
+                raise BenchError(f"{name}: {res['bad'][:3]} wait rc {res['wait_rc']}")
             jps[name].append(res["jps"])
             print(f"round {round_no + 1} {name}: {res['jps']:.1f} jobs/s", flush=True)
     c = statistics.median(jps["C"]) if "C" in jps else None

@@ -6,22 +6,13 @@ sdexec-mapper (conf.d/sdexec.toml names it) and job-exec sends each job shell
 with SDEXEC_R_LOCAL. sdexec asks the mapper and starts the unit with the mapped
 properties (logged with sdexec-debug). This machine'"'"'s cgroup v2 has no cpuset
 controller for the user instance, so the post-start AllowedCPUs check then fails
-every constrained job with EIO and drains its rank: that is tested as it is.'
+every constrained job with EIO and drains its rank: that is tested as it is.
+Lookups pending across a disconnect or an unload, and allowed-devices: t0044.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
+. "$SDEXEC_SRCDIR/t/lib/sharness-mapper.sh"
 
-sdexec_extra_config t0011.toml <<-EOF
-	[exec]
-	service = "sdexec"
-	sdexec-constrain-resources = true
-	sdexec-properties = { MemoryMax = "8G" }
-
-	[systemd]
-	sdexec-debug = true
-
-	[sdexec]
-	allowed-devices = ["/dev/null", "/dev/sdexec-t0011-$$-*"]
-	EOF
+mapper_config t0011
 
 sdexec_under_flux 2 jobs
 . "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
@@ -34,22 +25,8 @@ esac
 
 GIB8=8589934592
 test -n "$(command -v hwloc-calc)" && test_set_prereq HWLOC_CALC
-test "$(id -u)" = 0 && test_set_prereq ROOT  # mknod under /dev
-# the device pattern is unique to this run (the outer run's pid, in the config)
-PATTERN=$(flux config get | jq -r '.sdexec."allowed-devices"[1]')
-TESTDEV=${PATTERN%\*}dev
-cleanup "rm -f $TESTDEV"
+mapper_test_device
 
-# lookup RANK R: the sdexec-mapper.lookup reply of RANK for R (JSON, sorted keys).
-lookup() {
-	flux python -c 'import flux, json, sys
-f = flux.Flux().rpc("sdexec-mapper.lookup", {"R": sys.argv[2]}, nodeid=int(sys.argv[1]))
-print(json.dumps(f.get(), sort_keys=True))' "$1" "$2"
-}
-# r_local RANK CORES: R for CORES of RANK, as job-exec sends it.
-r_local() {
-	flux R encode --ranks="$1" --cores="$2"
-}
 # ids IDSET-OR-LIST: the ids of "0-2,5" or "5,0,1,2", one per line, sorted.
 ids() {
 	flux python -c 'import sys
@@ -61,9 +38,6 @@ print("\n".join(map(str, sorted(out))))' "$1"
 }
 rank1_log() {
 	flux exec -r 1 flux dmesg
-}
-mapper_stats() {
-	flux exec -r "$1" flux module stats sdexec-mapper
 }
 
 test_expect_success 'rc1 loaded our sdexec and sdexec-mapper on both ranks' '
@@ -211,90 +185,7 @@ test_expect_success 'flux-core'"'"'s own HwlocMapper, named in sdexec.mapper, lo
 	test_debug "cat flux-core.out ours.out" &&
 	test_cmp flux-core.out ours.out
 '
-test_expect_success 'a mapper that waits for a gate file before answering' '
-	cat >site/gated.py <<-EOF &&
-	import os
-	import time
 
-	from flux_sdexec.map import HwlocMapper
-
-
-	class Gated(HwlocMapper):
-	    """Says it was asked (file entered), then answers once file gate exists."""
-
-	    def map(self, R, extra_properties=None):
-	        with open("$PWD/entered", "w") as f:
-	            f.write("asked")
-	        deadline = time.monotonic() + $T
-	        while not os.path.exists("$PWD/gate") and time.monotonic() < deadline:
-	            time.sleep(0.05)
-	        os.unlink("$PWD/entered")
-	        return super().map(R, extra_properties)
-	EOF
-	sdexec_set_config mapper "$(printf "[sdexec]\nmapper = \"gated.Gated\"\nmapper-searchpath = \"%s\"" "$PWD/site")" &&
-	touch gate &&
-	lookup 0 "$(r_local 0 0)" >gated.out &&
-	jq -e .AllowedCPUs gated.out &&
-	rm gate
-'
-# start_pending NAME: a constrained exec on rank 0 whose lookup is now pending
-start_pending() {
-	$sdexec -r 0 --setopt=SDEXEC_NAME=$1.service --setopt=SDEXEC_R_LOCAL="$(r_local 0 0)" \
-		true >$1.out 2>$1.err &
-	echo $! >$1.pid &&
-	sdexec_wait_for_file entered
-}
-test_expect_success 'sdexec serves others while a lookup is pending' '
-	start_pending pending &&
-	$sdexec -r 0 echo served >served.out &&
-	echo served >served.expected &&
-	test_cmp served.expected served.out
-'
-test_expect_success 'the client disconnects: its request ends, nothing is started' '
-	kill -9 $(cat pending.pid) &&
-	touch gate &&
-	sdexec_wait_until sdexec_dmesg_has "pending.service\|lookup answered after" &&
-	sdexec_dmesg_has "lookup answered after its request ended" &&
-	! sdexec_dmesg_has "pending.service" &&
-	test -z "$(sdexec_list_units pending.service)" &&
-	rm gate
-'
-test_expect_success 'sdexec unloads while a lookup is pending: ENOSYS, nothing started' '
-	sdexec_wait_until test ! -e entered &&
-	start_pending unloading &&
-	flux module remove sdexec &&
-	test_must_fail wait $(cat unloading.pid) &&
-	test_debug "cat unloading.err" &&
-	grep "sdexec module is unloading" unloading.err &&
-	touch gate &&
-	flux module load $SDEXEC_MODULE &&
-	test -z "$(sdexec_list_units unloading.service)" &&
-	rm gate
-'
-test_expect_success ROOT 'a char device created under /dev after start is in the next lookup' '
-	sdexec_set_config mapper &&
-	lookup 0 "$(r_local 0 0)" >before.out &&
-	jq -e ".DeviceAllow == \"/dev/null rw\"" before.out &&
-	mknod $TESTDEV c 1 3 &&
-	lookup 0 "$(r_local 0 0)" >after.out &&
-	jq -e ".DeviceAllow == \"/dev/null rw,$TESTDEV rw\"" after.out &&
-	mapper_stats 0 | jq -c .config.allowed_devices >devices.out &&
-	echo "[\"/dev/null rw\",\"$TESTDEV rw\"]" >devices.expected &&
-	test_cmp devices.expected devices.out
-'
-test_expect_success 'flux config reload refuses a bad allowed-devices; the old value stays' '
-	printf "[sdexec]\nallowed-devices = [\"/etc/passwd\"]\n" >"$SDEXEC_CONF_DIR/zz-bad.toml" &&
-	test_must_fail flux config reload 2>reload.err &&
-	test_debug "cat reload.err" &&
-	grep "sdexec-mapper: sdexec.allowed-devices\[0\]: .*/etc/passwd.* is not a path under /dev/" \
-		reload.err &&
-	mapper_stats 0 | jq -c .config.allowed_device_patterns >patterns.out &&
-	echo "[\"/dev/null\",\"$PATTERN\"]" >patterns.expected &&
-	test_cmp patterns.expected patterns.out &&
-	rm "$SDEXEC_CONF_DIR/zz-bad.toml" &&
-	flux config reload &&
-	rm $TESTDEV
-'
 test_expect_success 'no unit of this instance is left' '
 	sdexec_check_no_units
 '

@@ -8,7 +8,8 @@ on every rank, load job-exec) while jobs run: a clean unload while the
 instance runs leaves waitable units for the next sdexec, which adopts them,
 and job-exec reattaches. Also: a job that ends while sdexec is unloaded,
 two reloads in a row, [systemd] sdexec-unload = "stop-all", instance
-shutdown (every unit stops), and a bulk-exec job (foreground) during a reload.'
+shutdown (every unit stops), and a bulk-exec job (foreground) during a reload
+(wait answers left unread by a departing client: t0043).'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
@@ -126,10 +127,6 @@ test_expect_success 'two reloads in a row, a job ending while sdexec is unloaded
 	no_guard
 '
 
-# unit_of LABEL RANK: the unit of a labelled process on RANK.
-unit_of() {
-	echo "$1-$2:$SDEXEC_INSTANCE.service"
-}
 # sdexec_pid RANK: the pid of sdexec's module process on broker RANK.
 sdexec_pid() {
 	flux exec -r $1 sh -c 'pgrep -P $(flux getattr broker.pid) -f "sdexec\.py\$"'
@@ -152,80 +149,6 @@ test_expect_success 'a shell that exits while job-exec is removed completes afte
 	check_job h 6 &&
 	flux exec -r 1 flux dmesg >h.dmesg &&
 	test_debug "grep shell-1- h.dmesg" &&
-	sdexec_check_no_units
-'
-
-# The same rule with a client of the test's own, which makes the order certain: it parks a
-# wait on a running process, leaves as soon as the answer arrives (never reading it).
-cat >departing.py <<-'EOT'
-import sys
-import flux
-import flux.subprocess as sp
-label, rank = sys.argv[1], int(sys.argv[2])
-h = flux.Flux()
-rpc = sp.wait(h, label=label, service="sdexec", nodeid=rank)
-sp.list(h, service="sdexec", nodeid=rank).get()  # the wait is parked
-answered = []
-rpc.then(lambda f: (answered.append(1), h.reactor_stop()))  # arrived; never read
-timeout = h.timer_watcher_create(30, lambda *args: h.reactor_stop()).start()
-open(label + ".parked", "w").close()
-h.reactor_run()
-sys.exit(0 if answered else "no answer")
-EOT
-# connected.py LABEL RANK: one client parks a wait on LABEL, opens its gate (LABEL.gate),
-# prints the exit code it gets, then waits again on the same handle.
-cat >connected.py <<-'EOT'
-import sys
-import flux
-import flux.subprocess as sp
-label, rank = sys.argv[1], int(sys.argv[2])
-h = flux.Flux()
-rpc = sp.wait(h, label=label, service="sdexec", nodeid=rank)
-sp.list(h, service="sdexec", nodeid=rank).get()  # the wait is parked
-open(label + ".gate", "w").close()
-print(rpc.get_status() >> 8)
-try:
-    sp.wait(h, label=label, service="sdexec", nodeid=rank).get_status()
-except OSError as exc:
-    print(exc)
-    sys.exit(1)
-sys.exit("second wait succeeded")
-EOT
-test_expect_success 'a wait answer left unread by a departing client: the next client gets it' '
-	$sdexec -r 1 --bg --waitable --label=lost sh -c "while ! test -e lost.gate; do sleep 0.1; done; exit 5" >lost.pid &&
-	{ flux python departing.py lost 1 & } &&
-	dpid=$! &&
-	sdexec_wait_until test -e lost.parked &&
-	touch lost.gate &&
-	wait $dpid &&
-	test_expect_code 5 $sproc_wait -r 1 lost &&
-	flux exec -r 1 flux dmesg | grep "lost\[.*\]: its waiter left within 2s of the answer: collectable for 20s"
-'
-test_expect_success 'by pid too; a record nobody collects again is let go after the hold' '
-	$sdexec -r 1 --bg --waitable --label=lost2 sh -c "while ! test -e lost2.gate; do sleep 0.1; done; exit 4" >lost2.pid &&
-	{ flux python departing.py lost2 1 & } &&
-	dpid=$! &&
-	sdexec_wait_until test -e lost2.parked &&
-	touch lost2.gate &&
-	wait $dpid &&
-	test_expect_code 4 $sproc_wait -r 1 $(cut -d" " -f2 lost2.pid) &&
-	$sdexec -r 1 --bg --waitable --label=lost3 sh -c "while ! test -e lost3.gate; do sleep 0.1; done; exit 2" &&
-	{ flux python departing.py lost3 1 & } &&
-	dpid=$! &&
-	sdexec_wait_until test -e lost3.parked &&
-	touch lost3.gate &&
-	wait $dpid &&
-	SDEXEC_WAIT_TIMEOUT=40 sdexec_wait_until sdexec_unit_gone $(unit_of lost3 1) &&
-	flux exec -r 1 flux dmesg | grep "lost3\[.*\]: not collected within 20s, let go" &&
-	test_must_fail $sproc_wait -r 1 lost3 2>lost3.err &&
-	grep "not found" lost3.err
-'
-test_expect_success 'a connected client: a second wait after the answer finds nothing' '
-	$sdexec -r 1 --bg --waitable --label=kept sh -c "while ! test -e kept.gate; do sleep 0.1; done; exit 3" &&
-	test_expect_code 1 flux python connected.py kept 1 >kept.out &&
-	test_debug "cat kept.out" &&
-	head -1 kept.out | grep -x 3 &&
-	grep "not found" kept.out &&
 	sdexec_check_no_units
 '
 

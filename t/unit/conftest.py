@@ -1,4 +1,5 @@
-"""Fixtures for the mapper tests: hwloc XML files and a temporary node tree.
+"""Fixtures for the mapper tests (hwloc XML files and a temporary node tree) and the
+containment tests (a fake cgroup tree of each layout, from t/unit/cgroup_trees.py).
 
 ``node`` builds sysfs, /dev and /proc for the GPUs of t/fixtures/hwloc/synthetic.xml
 (see add-gpus.py there): NVIDIA 0000:01:00.0 (minor 0), AMD 0000:41:00.0 (two
@@ -10,6 +11,9 @@ import os
 from pathlib import Path
 
 import pytest
+
+from cgroup_trees import Tree
+from flux_sdexec.containment import cgroups
 
 HWLOC = Path(__file__).resolve().parents[1] / "fixtures" / "hwloc"
 GPUS = {
@@ -62,3 +66,18 @@ class Node:
 def node(tmp_path):
     """A node tree matching synthetic.xml's GPUs."""
     return Node(tmp_path)
+
+
+@pytest.fixture
+def unified(tmp_path):
+    return Tree(tmp_path, cgroups.UNIFIED, v2_controllers="cpuset cpu memory pids")
+
+
+@pytest.fixture
+def hybrid(tmp_path):
+    return Tree(tmp_path, cgroups.HYBRID)
+
+
+@pytest.fixture
+def legacy(tmp_path):
+    return Tree(tmp_path, cgroups.LEGACY)

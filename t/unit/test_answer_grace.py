@@ -30,8 +30,7 @@ from flux_sdexec.registry import Registry
 from flux_sdexec.states import ProcState
 from flux_sdexec.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
 
-from helpers import new
-from test_proc import pid_of, replay, until_failed
+from helpers import new, pid_of, replay, until_failed
 
 S = ProcState
 LOST = (

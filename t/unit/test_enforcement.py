@@ -1,6 +1,7 @@
 """The containment policy pieces: which properties are checked, failure text, tally, config.
 
-The verdicts over cgroup trees of each layout are in test_cgroup_layouts.py."""
+The verdicts over cgroup trees of each layout are in test_cgroup_paths.py, test_cgroup_unified.py,
+test_cgroup_hybrid.py and test_cgroup_legacy.py."""
 
 import pytest
 

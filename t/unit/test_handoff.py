@@ -24,8 +24,7 @@ from flux_sdexec.events import (
 from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
 
-from helpers import new
-from test_proc import pid_of, replay, until_failed, until_state
+from helpers import new, pid_of, replay, until_failed, until_state
 
 UNLOADING = "sdexec module is unloading"
 

@@ -4,11 +4,11 @@ systemd 252 (limits-util.c) takes the minimum of MemTotal and the root cgroup's 
 and of pid_max - 1, threads-max and the root cgroup's pids.max; the root cgroup is PID 1's
 without a trailing /init.scope. A checker that used MemTotal and pid_max alone called a
 correctly applied limit "not enforced" in a limited container, and under ``enforce`` every
-constrained job failed with EIO and drained its rank. The trees are test_cgroup_layouts'.
+constrained job failed with EIO and drained its rank. The trees are cgroup_trees.py's.
 """
 
 import pytest
-from test_cgroup_layouts import GIB, PAGE, Tree
+from cgroup_trees import GIB, PAGE, Tree
 
 from flux_sdexec.containment import cgroups, hostlimits
 from flux_sdexec.adapters import host

@@ -11,9 +11,8 @@ from flux_sdexec.machine import handle
 from flux_sdexec.registry import Registry
 from flux_sdexec.states import ProcState
 
-from helpers import new
+from helpers import new, replay, until_failed
 from test_answer_grace import collected, running
-from test_proc import replay, until_failed
 
 S = ProcState
 LET_GO = "shell-0-f1[{}]: label taken by a new exec, let go"

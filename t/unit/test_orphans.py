@@ -12,8 +12,7 @@ from flux_sdexec.events import JobGone, Log, StopUnit, WaitRequested
 from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
 
-from helpers import new
-from test_proc import replay
+from helpers import new, replay
 
 S = ProcState
 UNIT = "shell-1-fuMFe9D-1:t1.service"

@@ -1,5 +1,5 @@
 """Unload with a start job still queued (issue 22 finding 5): the unit is stopped, so the
-start cannot run after sdexec has gone. The flux tier's test is in t0003."""
+start cannot run after sdexec has gone. The flux tier's test is in t0020."""
 
 import errno
 from types import SimpleNamespace
