@@ -9,8 +9,7 @@ from flux_sdexec.machine import handle
 from flux_sdexec.states import ProcState
 from flux_sdexec.unitstate import lost_signals
 
-from helpers import new
-from test_proc import pid_of, replay, until_state
+from helpers import new, pid_of, replay, until_state
 
 SHELL = "imp-shell-1-fA:sys.service"
 
