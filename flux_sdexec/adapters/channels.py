@@ -161,8 +161,11 @@ class InputChannel(_Socketpair):
 
     def write(self, data, eof):
         """Queue ``data`` (and EOF after it) for the process's stdin."""
-        if self.sock is None or self._eof:
-            self._log.error(f"sdexec.write: {self._logname}: stdin is closed")
+        if self.sock is None:  # the process is over: the ordinary race of a fast command
+            self._log.debug(f"sdexec.write: {self._logname}: stdin is closed")
+            return
+        if self._eof:  # the client wrote after its own EOF
+            self._log.error(f"sdexec.write: {self._logname}: write after EOF")
             return
         self._queue += data
         self._eof = eof
