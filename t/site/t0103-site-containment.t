@@ -48,7 +48,7 @@ test_expect_success 'TasksMax: not-enforced, the unit has no v1 pids cgroup' '
 test_expect_success 'the guest job ran with only a unified cgroup of its unit' '
 	guest2 timeout $T flux run -N1 cat /proc/self/cgroup >cgroup.out &&
 	test_debug "cat cgroup.out" &&
-	grep "^0::/$SITE_SLICE/user-$(id -u $SITE_USER).slice/user@$(id -u $SITE_USER).service/app.slice/imp-shell-" cgroup.out &&
+	grep -E "^0::/$SITE_SLICE/user-$(id -u $SITE_USER).slice/user@$(id -u $SITE_USER).service/app.slice/(app-sdexec.slice/[^/]+/)?imp-shell-" cgroup.out &&
 	! grep -E "^[0-9]+:memory:.*imp-shell" cgroup.out &&
 	! grep -E "^[0-9]+:pids:.*imp-shell" cgroup.out
 '
