@@ -129,16 +129,7 @@ def systemd_timeout(conf):
         RequestError: EINVAL naming the key and the accepted form.
     """
     value = _sdexec_table(conf).get("systemd-timeout")
-    if value is None:
-        return settle.DEFAULT_BUDGET
-    seconds = duration(value)
-    if seconds is None:
-        raise RequestError(
-            errno.EINVAL,
-            'sdexec.systemd-timeout must be a duration above zero like "5m" or "300s": '
-            f"got {value!r}",
-        )
-    return seconds
+    return _duration_key("systemd-timeout", value, settle.DEFAULT_BUDGET, '"5m" or "300s"')
 
 
 def orphan_check_interval(conf):
@@ -149,13 +140,21 @@ def orphan_check_interval(conf):
         RequestError: EINVAL naming the key and the accepted form.
     """
     value = _sdexec_table(conf).get("orphan-check-interval")
+    return _duration_key("orphan-check-interval", value, orphans.DEFAULT_INTERVAL, '"10s"')
+
+
+def _duration_key(key, value, default, example):
+    """The seconds of duration ``value`` of ``sdexec.<key>``, ``default`` when unset.
+
+    Raises:
+        RequestError: EINVAL naming the key and the accepted form (``example``).
+    """
     if value is None:
-        return orphans.DEFAULT_INTERVAL
+        return default
     seconds = duration(value)
     if seconds is None:
         raise RequestError(
             errno.EINVAL,
-            'sdexec.orphan-check-interval must be a duration above zero like "10s": '
-            f"got {value!r}",
+            f"sdexec.{key} must be a duration above zero like {example}: got {value!r}",
         )
     return seconds
