@@ -78,23 +78,11 @@ if [ -n "$have" ] && [ -f "$stamp" ]; then
     exit 0
 fi
 
-if [ -n "${FLUX_CORE_SHA256:-}" ]; then
-    echo "$FLUX_CORE_SHA256  $TARBALL" | sha256sum --quiet -c - ||
-        die "$TARBALL does not match FLUX_CORE_SHA256=$FLUX_CORE_SHA256"
-    say "sha256 of $(basename "$TARBALL") checked"
-fi
-
-if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    say "installing Debian build dependencies"
-    export DEBIAN_FRONTEND=noninteractive
-    # shellcheck disable=SC2086
-    apt-get install -y -q --no-install-recommends $DEB_DEPS >/dev/null ||
-        { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends $DEB_DEPS >/dev/null; }
-else
-    say "not root with apt-get: make sure these (or your distribution's equivalents) are installed:"
-    echo "    $DEB_DEPS" | tr -s ' \n' ' '
-    echo
-fi
+# shellcheck source=scripts/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
+check_sha256 "$TARBALL" "${FLUX_CORE_SHA256:-}" FLUX_CORE_SHA256
+# shellcheck disable=SC2086
+install_build_deps $DEB_DEPS
 for mod in cffi yaml jsonschema ply; do
     "$PYTHON" -c "import $mod" 2>/dev/null || die "$PYTHON lacks the Python module $mod (Debian: python3-$mod)"
 done

@@ -49,23 +49,11 @@ fi
 [ -f "$TARBALL" ] || die "FLUX_SECURITY_TARBALL=$TARBALL: no such file"
 TARBALL=$(cd "$(dirname "$TARBALL")" && pwd)/$(basename "$TARBALL")
 
-if [ -n "${FLUX_SECURITY_SHA256:-}" ]; then
-    echo "$FLUX_SECURITY_SHA256  $TARBALL" | sha256sum --quiet -c - ||
-        die "$TARBALL does not match FLUX_SECURITY_SHA256=$FLUX_SECURITY_SHA256"
-    say "sha256 of $(basename "$TARBALL") checked"
-fi
-
-if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    say "installing Debian build dependencies"
-    export DEBIAN_FRONTEND=noninteractive
-    # shellcheck disable=SC2086
-    apt-get install -y -q --no-install-recommends $DEB_DEPS >/dev/null ||
-        { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends $DEB_DEPS >/dev/null; }
-else
-    say "not root with apt-get: make sure these (or your distribution's equivalents) are installed:"
-    echo "    $DEB_DEPS" | tr -s ' \n' ' '
-    echo
-fi
+# shellcheck source=scripts/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
+check_sha256 "$TARBALL" "${FLUX_SECURITY_SHA256:-}" FLUX_SECURITY_SHA256
+# shellcheck disable=SC2086
+install_build_deps $DEB_DEPS
 
 build=$(mktemp -d /var/tmp/flux-security-build.XXXXXX)
 trap 'rm -rf "$build"' EXIT
