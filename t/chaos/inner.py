@@ -59,6 +59,7 @@ def main(args):
     result["fault_failures"] = injector.failures
     result["rss"] = {n: [first, peak] for n, (_, first, peak) in rss.items() if first is not None}
     _refetch_unfinished(feeder)
+    _fetch_exec_eventlogs(feeder.jobs)
     _print_unfinished(feeder)
     result["units_left"] = units_left(result["globs"])
     result["answers"] = {str(r): _answers(r) for r in range(size)}
@@ -154,6 +155,13 @@ def _refetch_unfinished(feeder):
         events = _eventlog(job)
         if events:
             job["events"] = events
+
+
+def _fetch_exec_eventlogs(jobs):
+    """A job that did not end as asked gets its exec eventlog, for the verdict to read."""
+    for job in jobs:
+        if job.get("jobid") and verdict.job_problems(job):
+            job["exec_events"] = _eventlog(job, "exec")
 
 
 def _print_unfinished(feeder):

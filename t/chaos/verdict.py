@@ -2,8 +2,15 @@
 
 Pure: reads the run's result (a JSON-able dict, see ``run.py``), returns problems and the
 closing report as text. A job record is a dict with ``id``, ``nodes``, ``sleep``, ``code`` (the
-exit code it was told to end with), ``events`` (its main eventlog, ``[name, context]`` pairs) and
+exit code it was told to end with), ``events`` (its main eventlog, ``[name, context]`` pairs),
+``exec_events`` (its exec eventlog, fetched only for a job that did not end as asked) and
 ``submit_error`` (None, or why it could not be submitted).
+
+A multi-user job shell starts through flux-core's ``flux imp-exec-helper``, which asks systemd
+for its own unit (GetUnitByInvocationID, through flux-core's sdbus module) before the IMP runs
+the shell; the helper does not retry, so a manager reexec or bus kill in that instant fails the
+job ("Message recipient disconnected from message bus"), whichever sdexec runs it. Such a job is
+not lost by sdexec: it is counted apart, named, and only when it ended (no hang).
 """
 
 from .schedule import ALL_KINDS
@@ -49,14 +56,46 @@ def _status(status):
     return f"{status} (exit {status >> 8})"
 
 
-def lost_jobs(jobs):
-    """``[(id, problems)]`` for every job that did not end as it should, in submit order."""
-    lost = []
+HELPER_PREFIX = "imp_exec_helper: "
+BUS_LOST = "disconnected from message bus"
+
+
+def helper_failure(job):
+    """The line of flux-core's imp-exec-helper that failed ``job`` at a bus loss, or None.
+
+    Only for a job that ended (``clean``): a hang is always sdexec's to answer for.
+    """
+    if "clean" not in [name for name, _ in job.get("events", [])]:
+        return None
+    for name, context in job.get("exec_events", []):
+        data = context.get("data", "") if name == "log" else ""
+        if data.startswith(HELPER_PREFIX) and BUS_LOST in data:
+            return data.strip()
+    return None
+
+
+def _judged(jobs):
+    """``(lost, helper_failed)``: ``[(id, problems)]`` and ``[(id, helper line)]``, in order."""
+    lost, helper_failed = [], []
     for job in jobs:
         problems = job_problems(job)
-        if problems:
-            lost.append((job.get("id") or "(no id)", problems))
-    return lost
+        jobid = job.get("id") or "(no id)"
+        if problems and helper_failure(job):
+            helper_failed.append((jobid, helper_failure(job)))
+        elif problems:
+            lost.append((jobid, problems))
+    return lost, helper_failed
+
+
+def lost_jobs(jobs):
+    """``[(id, problems)]`` for every job that did not end as it should, in submit order,
+    but those failed in flux-core's imp-exec-helper (``helper_failed_jobs``)."""
+    return _judged(jobs)[0]
+
+
+def helper_failed_jobs(jobs):
+    """``[(id, line)]``: jobs that flux-core's imp-exec-helper failed at a bus loss."""
+    return _judged(jobs)[1]
 
 
 def rss_problems(rss, growth_kb=RSS_GROWTH_KB):
@@ -114,6 +153,12 @@ def report(result):
     lost = lost_jobs(jobs)
     left = result.get("units_left", []) + result.get("units_left_after_shutdown", [])
     lines.append(f"jobs run {len(jobs)}, lost {len(lost)}; units left {len(left)}")
+    helper_failed = helper_failed_jobs(jobs)
+    if helper_failed:
+        lines.append(
+            f"failed in flux-core's imp-exec-helper at a bus loss (not sdexec's): "
+            f"{len(helper_failed)}: " + " ".join(jobid for jobid, _ in helper_failed)
+        )
     for name, (first, peak) in sorted(result.get("rss", {}).items()):
         lines.append(f"rss {name}: first {first} kB, peak {peak} kB")
     found = violations(result)
@@ -124,5 +169,6 @@ def report(result):
         f"chaos: {'FAIL' if found else 'PASS'} seed={result.get('seed')} "
         f"duration={result.get('duration', 0):g}s jobs={len(jobs)} lost={len(lost)} "
         f"units-left={len(left)} faults={injected}"
+        + (f" helper-failed={len(helper_failed)}" if helper_failed else "")
     )
     return lines
