@@ -125,7 +125,9 @@ class SdexecService:
         )
         self.after_release = StartsAfterRelease(self.serve, self.responder.respond_error, sender_of)
         self.orphans = OrphanWatch(self, orphan_interval)
-        self.holds = Holds(log, self.watchers)  # waitable units stay loaded once ended (holds.py)
+        # waitable units stay loaded once ended (holds.py); a start of a name whose Unref is
+        # not answered yet waits for it (after_release.py)
+        self.holds = Holds(log, self.watchers, on_released=self.after_release.gone)
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
         guard.stop(self.bridge, self.log, self.guard)  # after: it holds units that ended
         self.bus.pump()
@@ -150,8 +152,7 @@ class SdexecService:
                 self.holds.hold(p.unit.name)  # loaded with its status once ended (holds.py)
             if p.state is ProcState.DONE:
                 self.registry.remove(p)
-                self.holds.release(p.unit.name)
-                self.after_release.gone(p.unit.name)
+                self.holds.release(p.unit.name)  # then after_release.gone (on_released)
         if pump:
             self.bus.pump()
 
