@@ -218,11 +218,12 @@ class SdexecService:
         self.after_release.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         self.orphans.close()
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
-        signals = {
-            p.unit.name: p.cmd.stop_signal
+        timers = {
+            p.unit.name: (p.cmd.stop_timer_sec, p.cmd.stop_signal)
             for p in self.registry
             if p.cmd.stop_timer_sec is not None
         }
+        signals = {unit: signum for unit, (_, signum) in timers.items()}
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         self.holds.hand_over()
         for p in self.registry:
@@ -236,7 +237,8 @@ class SdexecService:
                 teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
             left = [u for u in swept if u not in units]
             if keep and self.broker_pid is not None:
-                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices)
+                kept = {unit: timers[unit] for unit in keep if unit in timers}
+                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices, kept)
             self.holds.close()  # the guard, loaded, refers to the units kept
             teardown.see_units_gone(self.bridge, self.log, units + left, stop_signals=signals)
         except UnitError as exc:
