@@ -58,6 +58,7 @@ class Holds:
             self.held.add(unit)  # first: a refusal read while sending takes it out
             if not self._send(b"Ref", unit, wait):
                 self.held.discard(unit)
+            self._notify()  # a release answered (or a connection lost) meanwhile
 
     def release(self, unit):
         """Unref ``unit`` (its record is gone), without waiting (see the module docstring);
