@@ -30,7 +30,7 @@ drained_ranks_are() {
 FATAL="flux-imp: Fatal: exec: shell not in allowed-shells"
 for method in bulk-exec bgexec; do
 	for nodes in 1 2; do
-		test_expect_success "$method: a $nodes-node guest job fails at once, the IMP's error in its exception" '
+		test_expect_success "$method: a $nodes-node guest job fails at once, the IMP error in its exception" '
 			site_method $method &&
 			test_must_fail guest1 timeout $T flux run -N$nodes echo never 2>attach.err &&
 			test_debug "cat attach.err" &&
@@ -46,7 +46,7 @@ for method in bulk-exec bgexec; do
 			site_wait_until_t no_shell_units_of $id &&
 			site_wait_until_t no_guest_procs
 		'
-		test_expect_success "$method: sdexec drained the job'"'"'s rank(s), naming the job and the IMP'"'"'s error" '
+		test_expect_success "$method: sdexec drained the ranks of the job, naming it and the IMP error" '
 			id=$(guest1 flux job last) &&
 			f58=$(guest1 flux job id --to=f58plain $id) &&
 			ranks=$(guest1 flux jobs -no "{ranks}" $id) &&
