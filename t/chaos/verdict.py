@@ -3,9 +3,11 @@
 Pure: reads the run's result (a JSON-able dict, see ``run.py``), returns problems and the
 closing report as text. A job record is a dict with ``id``, ``nodes``, ``sleep``, ``code`` (the
 exit code it was told to end with), ``events`` (its main eventlog, ``[name, context]`` pairs) and
-``submit_error`` (None, or why it could not be submitted).
+``submit_error`` (None, or why it could not be submitted). A run on the nodes of t/site/nodes.sh
+(its result has ``hostnames``) also judges which jobs a node fault ended (nodeverdict.py).
 """
 
+from . import nodeverdict
 from .schedule import ALL_KINDS
 
 RSS_GROWTH_KB = 64 * 1024  # a module process may grow this much over its first sample
@@ -59,6 +61,36 @@ def lost_jobs(jobs):
     return lost
 
 
+def judge(result):
+    """``(lost, ended)``: the jobs lost (``[(id, problems)]``, see lost_jobs) and, on the nodes,
+    the jobs a node fault ended as it may (``[(id, problems, sentence)]``), in submit order."""
+    if "hostnames" not in result:
+        return lost_jobs(result.get("jobs", [])), []
+    hostnames = {int(rank): name for rank, name in result["hostnames"].items()}
+    lost, ended = [], []
+    for job in result.get("jobs", []):
+        problems = job_problems(job)
+        if not problems:
+            continue
+        jobid = job.get("id") or "(no id)"
+        why = nodeverdict.explaining_fault(job, result.get("fault_log", []), hostnames)
+        if why:
+            ended.append((jobid, problems, why))
+        else:
+            lost.append((jobid, problems))
+    return lost, ended
+
+
+def node_problems(result):
+    """On the nodes: guest processes left, drains that no fault explains."""
+    found = [f"guest process left: {text}" for text in result.get("guest_procs_left", [])]
+    for drain in nodeverdict.unexplained_drains(
+        result.get("drains", []), result.get("fault_log", [])
+    ):
+        found.append(f"rank(s) {drain['ranks']} drained, no fault there: {drain['reason']}")
+    return found
+
+
 def rss_problems(rss, growth_kb=RSS_GROWTH_KB):
     """Module processes whose peak RSS exceeded their first sample by more than ``growth_kb``.
 
@@ -75,7 +107,7 @@ def rss_problems(rss, growth_kb=RSS_GROWTH_KB):
 def violations(result):
     """Every violated invariant of a run, one sentence each (empty: the run passed)."""
     found = []
-    lost = lost_jobs(result.get("jobs", []))
+    lost, _ = judge(result)
     if lost:
         found.append(f"{len(lost)} of {len(result.get('jobs', []))} jobs lost")
     if not result.get("jobs"):
@@ -89,6 +121,7 @@ def violations(result):
     for rank, answer in sorted(result.get("answers", {}).items()):
         if answer is not True:
             found.append(f"sdexec on rank {rank} does not answer afterwards: {answer}")
+    found += node_problems(result)
     found += rss_problems(result.get("rss", {}), result.get("rss_growth_kb", RSS_GROWTH_KB))
     found += [f"fault failed: {text}" for text in result.get("fault_failures", [])]
     found += result.get("harness_errors", [])
@@ -111,9 +144,11 @@ def report(result):
             )
         )
     jobs = result.get("jobs", [])
-    lost = lost_jobs(jobs)
+    lost, ended = judge(result)
     left = result.get("units_left", []) + result.get("units_left_after_shutdown", [])
     lines.append(f"jobs run {len(jobs)}, lost {len(lost)}; units left {len(left)}")
+    if "hostnames" in result:
+        lines += _node_lines(result, ended)
     for name, (first, peak) in sorted(result.get("rss", {}).items()):
         lines.append(f"rss {name}: first {first} kB, peak {peak} kB")
     found = violations(result)
@@ -124,5 +159,23 @@ def report(result):
         f"chaos: {'FAIL' if found else 'PASS'} seed={result.get('seed')} "
         f"duration={result.get('duration', 0):g}s jobs={len(jobs)} lost={len(lost)} "
         f"units-left={len(left)} faults={injected}"
+        + (f" ended-by-node-faults={len(ended)}" if "hostnames" in result else "")
     )
+    return lines
+
+
+def _node_lines(result, ended):
+    """What the node faults did: the jobs they ended (and how), the drains and methods."""
+    lines = [f"jobs ended by node faults {len(ended)}"]
+    for jobid, problems, why in ended:
+        lines.append(f"  {jobid}: {why}: {'; '.join(problems)}")
+    drains = result.get("drains", [])
+    lines.append(f"drains {len(drains)} (each undrained)")
+    for drain in drains:
+        lines.append(f"  ranks {drain['ranks']} at {drain['timestamp']:.1f}: {drain['reason']}")
+    methods = {}
+    for job in result.get("jobs", []):
+        methods[job.get("method")] = methods.get(job.get("method"), 0) + 1
+    ordered = sorted(methods.items(), key=lambda item: str(item[0]))
+    lines.append("jobs per method: " + ", ".join(f"{m} {n}" for m, n in ordered))
     return lines

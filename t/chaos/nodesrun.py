@@ -1,0 +1,150 @@
+"""The chaos run on the nodes of t/site/nodes.sh (``--nodes``): what inner.py adds there.
+
+- the injector is a NodeInjector (nodefaults.py);
+- a keeper thread, every second: switches job-exec's method (``--methods``, each for
+  ``--method-period`` s, through ``$CHAOS_SET_METHOD METHOD``, which t/site/nodes-chaos.sh
+  writes), and records every drained rank (its reason and time) and undrains it, so that later
+  jobs can run there;
+- the end checks on every node: units left (each node's own manager), guest processes left in
+  its cgroup subtree, the ranks each lost job ran on (for the verdict, nodeverdict.py).
+"""
+
+import json
+import os
+import pwd
+import subprocess
+import threading
+import time
+
+from . import nodeverdict, schedule
+from .nodefaults import NodeInjector
+from .nodes import Nodes
+
+KEEP_TICK = 1.0  # seconds between the keeper's rounds
+CMD_TIMEOUT = 60
+GONE_TIMEOUT = 30  # seconds units and guest processes may take to go once every job is done
+
+
+class NodeRun:
+    """The node parts of one chaos run (see the module docstring)."""
+
+    def __init__(self, args, log):
+        self.nodes = Nodes()
+        self.methods = args.methods
+        self.period = args.method_period
+        self.set_method = os.environ["CHAOS_SET_METHOD"]
+        self.log = log
+        self.drains = []  # every drain seen: ranks, timestamp, reason
+        self._seen = set()
+        self.feeder = None
+        self._method = None
+        self._t0 = time.monotonic()
+        self._quit = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="keeper", daemon=True)
+
+    def injector(self, plan, brokers, module, checkout):
+        return NodeInjector(self.nodes, plan, brokers, module, checkout, self.log)
+
+    def start(self, feeder):
+        """Set the first method (before any job), then keep the run going in a thread."""
+        self.feeder = feeder
+        self._t0 = time.monotonic()
+        self._switch_method(0.0)
+        self._thread.start()
+
+    def stop(self):
+        self._quit.set()
+        self._thread.join(CMD_TIMEOUT * 2)
+        self._undrain()  # the last ones, so that no rank stays drained
+
+    def _keep(self):
+        while not self._quit.wait(KEEP_TICK):
+            if self.feeder.accepting:
+                self._switch_method(time.monotonic() - self._t0)
+            self._undrain()
+
+    def _switch_method(self, elapsed):
+        method = schedule.method_at(elapsed, self.methods, self.period)
+        if method == self._method:
+            return
+        res = _run([self.set_method, method])
+        if res.returncode != 0:  # e.g. a broker restarting: tried again at the next round
+            self.log(f"[{elapsed:7.1f}s] method {method} not set yet: {res.stderr.strip()}")
+            return
+        self._method = self.feeder.method = method
+        self.log(f"[{elapsed:7.1f}s] method {method}")
+
+    def _undrain(self):
+        res = _run(["flux", "resource", "drain", "-n", "-o", "{ranks}|{timestamp}|{reason}"])
+        for line in res.stdout.splitlines():
+            ranks, stamp, reason = (line.split("|", 2) + ["", ""])[:3]
+            if not ranks.strip() or (ranks, stamp) in self._seen:
+                continue
+            self._seen.add((ranks, stamp))
+            drain = {"ranks": nodeverdict.expand_idset(ranks.strip()),
+                     "timestamp": float(stamp or 0), "reason": reason.strip()}  # fmt: skip
+            self.drains.append(drain)
+            self.log(f"    | drained: ranks {ranks.strip()}: {drain['reason']} (undraining)")
+            _run(["flux", "resource", "undrain", ranks.strip()])
+
+    # -- the end checks --
+
+    def hostnames(self):
+        return {str(r): self.nodes.hostname(r) for r in range(self.nodes.count)}
+
+    def units_left(self, globs):
+        """``nodeN UNIT`` for each unit of ``globs`` left on any node after up to GONE_TIMEOUT."""
+        return _settled(
+            lambda: [
+                f"{self.nodes.hostname(r)} {unit}"
+                for r in range(self.nodes.count)
+                for unit in self.nodes.units(r, globs)
+            ]
+        )
+
+    def guest_procs_left(self, guests):
+        """Each live process of a guest in any node's cgroup subtree, after up to GONE_TIMEOUT."""
+        uids = {pwd.getpwnam(g).pw_uid for g in guests}
+        return _settled(
+            lambda: [
+                f"{self.nodes.hostname(r)} pid {pid}: {cmd}"
+                for r in range(self.nodes.count)
+                for pid, cmd in self.nodes.procs_of(r, uids)
+            ]
+        )
+
+    def print_left(self, units):
+        for entry in units:
+            host, unit = entry.split(" ", 1)
+            state = self.nodes.unit_state(int(host[len("node") :]), unit)
+            self.log(f"left: {host} {unit} ({state})")
+
+    def add_ranks(self, jobs):
+        """Each of ``jobs`` gets ``ranks``: the broker ranks of its R (if it has one)."""
+        for job in jobs:
+            if job.get("jobid"):
+                res = _run(["flux", "job", "info", str(job["jobid"]), "R"])
+                try:
+                    r_lite = json.loads(res.stdout)["execution"]["R_lite"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                job["ranks"] = sorted(
+                    {r for entry in r_lite for r in nodeverdict.expand_idset(entry["rank"])}
+                )
+
+
+def _run(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=CMD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 1, "", f"no answer within {CMD_TIMEOUT}s")
+
+
+def _settled(listing, timeout=GONE_TIMEOUT):
+    """``listing()`` once it is empty, or as it is after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = listing()
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.5)
