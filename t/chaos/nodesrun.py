@@ -1,7 +1,7 @@
 """The chaos run on the nodes of t/site/nodes.sh (``--nodes``): what inner.py adds there.
 
 - the injector is a NodeInjector (nodefaults.py);
-- a keeper thread, every second: switches job-exec's method (``--methods``, each for
+- a keeper thread, every 3 seconds: switches job-exec's method (``--methods``, each for
   ``--method-period`` s, through ``$CHAOS_SET_METHOD METHOD``, which t/site/nodes-chaos.sh
   writes), and records every drained rank (its reason and time) and undrains it, so that later
   jobs can run there;
@@ -20,7 +20,7 @@ from . import nodeverdict, schedule
 from .nodefaults import NodeInjector
 from .nodes import Nodes
 
-KEEP_TICK = 1.0  # seconds between the keeper's rounds
+KEEP_TICK = 3.0  # seconds between the keeper's rounds (each runs a flux command or two)
 CMD_TIMEOUT = 60
 GONE_TIMEOUT = 30  # seconds units and guest processes may take to go once every job is done
 

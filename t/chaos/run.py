@@ -68,8 +68,9 @@ def parse_args(argv):
         help="run on the N nodes of t/site/nodes.sh, with node faults (t/site/nodes-chaos.sh)",
     )  # fmt: skip
     p.add_argument(
-        "--methods", default="bgexec",
-        help="with --nodes: job-exec's methods, comma-separated, each in turn (default bgexec)",
+        "--methods", default="bgexec,bulk-exec",
+        help="with --nodes: job-exec's methods, comma-separated, each in turn "
+        "(default bgexec,bulk-exec)",
     )  # fmt: skip
     p.add_argument(
         "--method-period", type=float, default=60,
