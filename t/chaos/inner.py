@@ -78,6 +78,7 @@ def main(args):
         result["guest_procs_left"] = nodes.guest_procs_left(GUESTS)
         result["hostnames"] = nodes.hostnames()
         result["drains"] = nodes.drains
+        result["lost_units"] = nodes.lost_units()
         nodes.add_ranks([j for j in feeder.jobs if verdict.job_problems(j)])
     else:
         result["units_left"] = units_left(result["globs"])

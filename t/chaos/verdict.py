@@ -73,7 +73,9 @@ def judge(result):
         if not problems:
             continue
         jobid = job.get("id") or "(no id)"
-        why = nodeverdict.explaining_fault(job, result.get("fault_log", []), hostnames)
+        why = nodeverdict.explaining_fault(
+            job, result.get("fault_log", []), hostnames, result.get("lost_units", [])
+        )
         if why:
             ended.append((jobid, problems, why))
         else:
