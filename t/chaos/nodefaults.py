@@ -1,15 +1,17 @@
 """The faults on the nodes of t/site/nodes.sh: each aimed at one node, two of them new.
 
 - ``brokerkill``: node N's broker SIGKILLed (its pid from the harness's pidfile; never rank
-  0's, whose loss ends the instance: the schedule never draws it) and started again
-  (``nodes.sh broker-up N``, ``broker-ready N``: it answers and runs sdexec);
-- ``managerkill``: node N's systemd manager SIGKILLed, its session bus SIGTERMed, a new
-  manager started (``nodes.sh manager-up N``), as t0113 does;
+  0's, whose loss ends the instance: the schedule never draws it), left dead 0-5 s, and
+  started again (``nodes.sh broker-up N``, ``broker-ready N``: it answers and runs sdexec);
+- ``managerkill``: node N's systemd manager SIGKILLed, its session bus SIGTERMed, 0-3 s
+  later a new manager started (``nodes.sh manager-up N``), as t0113 does;
 - reexec, reload, buskill, stall: on node N's manager and bus (its systemctl and busctl);
   modstop: the sdexec module process of node N's broker as it is now; clientkill as ever.
 
 A fault ends only when the node is whole again, even when the run is told to stop meanwhile.
 """
+
+import time
 
 from .faults import Injector
 
@@ -40,11 +42,13 @@ class NodeInjector(Injector):
         if fault.rank == 0:
             raise RuntimeError("rank 0's broker is never killed: the instance would end")
         old = self.nodes.kill_broker(fault.rank)
+        time.sleep(fault.arg)
         new = self.nodes.start_broker(fault.rank)
         self.brokers[fault.rank] = new
         self.log(f"    | node{fault.rank}: broker {old} killed, {new} answers")
 
     def _managerkill(self, fault):
         old = self.nodes.kill_manager(fault.rank)
+        time.sleep(fault.arg)
         new = self.nodes.start_manager(fault.rank)
         self.log(f"    | node{fault.rank}: manager {old} killed, {new} answers")

@@ -30,10 +30,17 @@ NODES_KINDS = tuple(k for k in WEIGHTS if k != "upgrade")
 LONG_STALL = "longstall"
 ALL_KINDS = KINDS + NODE_KINDS + (LONG_STALL,)
 
+# With node faults: the 5th fault of every 10 is a brokerkill, the 10th a managerkill (the
+# rest drawn), so that 10 minutes (some 150 faults) hold at least 10 of each.
+NODE_FAULT_PERIOD = 10
+NODE_FAULT_SLOTS = {4: "brokerkill", 9: "managerkill"}
+
 GAP = (1.0, 3.0)  # seconds between the end of one fault and the start of the next
 STALL = (1.5, 5.0)  # seconds systemd stays stopped in a short stall
 MODSTOP = (0.5, 1.5)  # seconds the module process stays stopped
 CLIENT_LIFE = (0.2, 1.0)  # seconds a client runs (after its command started) before it is killed
+BROKER_DOWN = (0.0, 5.0)  # seconds a killed broker stays dead before it is started again
+MANAGER_DOWN = (0.0, 3.0)  # seconds a killed manager stays dead before a new one starts
 
 SLEEP_MAX = 1.5  # a job runs `sleep <0..SLEEP_MAX>; exit <0..3>`
 TWO_NODE_SHARE = 0.3  # share of the jobs that run on both brokers (of 2)
@@ -109,8 +116,12 @@ def fault_schedule(seed, count, kinds=KINDS, long_stall=0.0, ranks=2):
                 plan.append(Fault(gap, LONG_STALL, float(long_stall)))
             continue
         kind = rng.choices(chosen, weights=[WEIGHTS[k] for k in chosen])[0]
+        forced = NODE_FAULT_SLOTS.get(i % NODE_FAULT_PERIOD)
+        if forced in chosen:  # at least one of each node fault in every NODE_FAULT_PERIOD
+            kind = forced
         rank = rng.randrange(1, ranks) if kind == "brokerkill" else rng.randrange(ranks)
-        arg = {"stall": STALL, "modstop": MODSTOP, "clientkill": CLIENT_LIFE}.get(kind)
+        arg = {"stall": STALL, "modstop": MODSTOP, "clientkill": CLIENT_LIFE,
+               "brokerkill": BROKER_DOWN, "managerkill": MANAGER_DOWN}.get(kind)  # fmt: skip
         plan.append(Fault(gap, kind, round(rng.uniform(*arg), 2) if arg else 0.0, rank))
     return plan
 
