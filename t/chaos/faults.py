@@ -72,25 +72,29 @@ class Injector:
 
     def _inject(self, fault):
         stamp = time.monotonic() - self._t0
+        what = self.describe(fault)
         began, wall_began = time.monotonic(), time.time()
         try:
             skipped = getattr(self, "_" + fault.kind)(fault)
         except Exception as exc:  # a fault that could not be carried out is a finding
             self.counts[fault.kind]["failed"] += 1
-            self.failures.append(f"t={stamp:.1f}s {fault.describe()}: {exc}")
-            self.log(f"[{stamp:7.1f}s] {fault.describe()}: FAILED: {exc}")
+            self.failures.append(f"t={stamp:.1f}s {what}: {exc}")
+            self.log(f"[{stamp:7.1f}s] {what}: FAILED: {exc}")
             return
         if skipped:
             self.counts[fault.kind]["skipped"] += 1
             self.skip_reasons.setdefault(fault.kind, skipped)
-            self.log(f"[{stamp:7.1f}s] {fault.describe()}: skipped: {skipped}")
+            self.log(f"[{stamp:7.1f}s] {what}: skipped: {skipped}")
             return
         self.counts[fault.kind]["injected"] += 1
         self.fault_log.append({"kind": fault.kind, "rank": fault.rank, "start": wall_began,
                                "end": time.time()})  # fmt: skip
-        self.log(f"[{stamp:7.1f}s] {fault.describe()}: done in {time.monotonic() - began:.2f}s")
+        self.log(f"[{stamp:7.1f}s] {what}: done in {time.monotonic() - began:.2f}s")
 
     # -- where a fault aims: overridden on the nodes (nodefaults.py) --
+
+    def describe(self, fault):
+        return fault.describe()
 
     def manager_env(self, rank):
         """The environment whose systemctl and busctl reach ``rank``'s systemd manager."""

@@ -29,6 +29,9 @@ class NodeInjector(Injector):
         super().__init__(plan, brokers, module_path, srcdir, log)
         self.nodes = nodes
 
+    def describe(self, fault):
+        return fault.describe(every_rank=True)
+
     def manager_env(self, rank):
         return self.nodes.env(rank)
 

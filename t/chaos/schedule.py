@@ -56,10 +56,11 @@ class Fault:
     arg: float = 0.0
     rank: int = 0
 
-    def describe(self):
-        """A short line for the log, e.g. ``stall 2.31s`` or ``modstop rank 1 0.80s``."""
+    def describe(self, every_rank=False):
+        """A short line for the log, e.g. ``stall 2.31s`` or ``modstop rank 1 0.80s``; with
+        ``every_rank`` (on nodes, where every fault aims at one) the rank whatever the kind."""
         text = self.kind
-        if self.kind in ("modstop", "clientkill") + NODE_KINDS:
+        if every_rank or self.kind in ("modstop", "clientkill") + NODE_KINDS:
             text += f" rank {self.rank}"
         if self.arg:
             text += f" {self.arg:.2f}s"

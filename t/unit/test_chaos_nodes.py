@@ -46,6 +46,7 @@ def test_ten_minutes_hold_enough_node_faults():
 def test_node_faults_name_their_node():
     assert Fault(1.0, "brokerkill", 2.5, 2).describe() == "brokerkill rank 2 2.50s"
     assert Fault(1.0, "managerkill", 0.0, 0).describe() == "managerkill rank 0"
+    assert Fault(1.0, "reexec", 0.0, 2).describe(every_rank=True) == "reexec rank 2"
 
 
 def test_three_node_mix():
