@@ -215,3 +215,20 @@ def test_other_helper_failures_and_hangs_stay_lost():
     result = clean_result(jobs=[dict(other, id="a"), dict(hung, id="b")])
     assert [jobid for jobid, _ in verdict.lost_jobs(result["jobs"])] == ["a", "b"]
     assert verdict.violations(result) == ["2 of 2 jobs lost"]
+
+
+def test_a_drain_naming_a_helper_failed_job_is_explained_others_are_not():
+    """sdexec drains a rank at the IMP's error: explained when the job is one the helper
+    failed; any other drain fails the run (off the nodes, no fault explains a drain)."""
+    bus_lost = "imp_exec_helper: GetUnitByInvocationID: Message recipient disconnected from message bus without replying\n"  # noqa: E501
+    failed = dict(_helper_failed(2, bus_lost), id="fHelper")
+    imp = "IMP error for job fHelper: flux-imp: Fatal: exec: invalid json input"
+    other = "IMP error for job fOther: flux-imp: Fatal: exec: invalid json input"
+    result = clean_result(
+        jobs=[job(0), failed],
+        drains=[{"ranks": [1], "timestamp": 5.0, "reason": imp}],
+    )
+    assert verdict.violations(result) == []
+    assert f"  ranks [1] at 5.0: {imp}" in verdict.report(result)
+    result["drains"].append({"ranks": [0], "timestamp": 9.0, "reason": other})
+    assert verdict.violations(result) == [f"rank(s) [0] drained, nothing explains it: {other}"]
