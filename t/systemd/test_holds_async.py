@@ -105,3 +105,32 @@ def test_the_name_is_free_for_a_start_once_released(sd, tmp_path):
     finally:
         holds.close()
         systemctl("reset-failed", unit)
+
+
+def test_an_exec_of_a_name_being_released_waits_for_on_released():
+    """requests.py: a start whose unit name's Unref is not answered yet waits in
+    after_release and is served once on_released says the name is free."""
+    from types import SimpleNamespace
+
+    from flux_sdexec.adapters.after_release import StartsAfterRelease
+    from flux_sdexec.adapters.requests import Requests
+    from flux_sdexec.protocol import ExecRequest
+    from flux_sdexec.registry import Registry
+
+    served, unit = [], "L:t1.service"
+    after = StartsAfterRelease(
+        lambda msg, verb, func: served.append(msg), lambda *a: None, lambda msg: "client"
+    )
+    releasing = {unit}
+    svc = SimpleNamespace(
+        registry=Registry(),
+        after_release=after,
+        holds=SimpleNamespace(releasing=lambda name: name in releasing),
+        namer=SimpleNamespace(name=lambda label, verbatim: f"{label}:t1.service"),
+    )
+    req = ExecRequest(cmdline=["/bin/true"], env={}, label="L", background=True)
+    assert Requests(svc)._start("msg", req) == unit
+    assert after.has(unit=unit) and served == []  # nothing started: no bridge was needed
+    releasing.clear()
+    after.gone(unit)  # what the service's on_released does
+    assert served == ["msg"] and not after.has(unit=unit)
