@@ -21,7 +21,7 @@ import errno
 import os
 import syslog
 
-from flux_sdexec import orphans
+from flux_sdexec.shelljobs import shell_job
 from flux_sdexec.events import DrainRank, Log
 
 IMP_NAME = "flux-imp"
@@ -75,7 +75,7 @@ def failure(p):
 def drain_reason(p):
     """The drain reason for ``p``'s IMP failure, or None when the node is not drained: not
     a job shell, or the IMP had reported ready (the job's own code may have run)."""
-    job = orphans.shell_job(p)
+    job = shell_job(p)
     if job is None or p.unit.was_active or p.imp_error.line is None:
         return None
     return f"IMP error for job {job}: {p.imp_error.line}"
