@@ -121,6 +121,14 @@ class JobGone:
     reason: str
 
 
+@dataclass(frozen=True)
+class UnitLost:
+    """The manager restarted without this running unit (adapters/catchup.py): the exec ends
+    with ``text`` as its error (ECONNRESET), not with a status."""
+
+    text: str
+
+
 # ---- actions ----
 
 

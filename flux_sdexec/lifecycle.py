@@ -61,11 +61,19 @@ def exited(p, event, out):
         out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: {why}"))
         if p.keeps_record:
             return retain_or_drop(p, out)
-    elif impfatal.may_fail(p):  # answered once its stderr is read (gone)
-        p.finish_held = True
+    elif impfatal.may_fail(p) or (p.error and p.owes_exec_response):
+        p.finish_held = True  # the answer, maybe an error instead, once the unit is gone
     else:
         out.append(Respond(responses.finished(u.wait_status)))
     return S.FINISHED
+
+
+def unit_lost(p, event, out):
+    """The unit is gone with its manager: the exec's answer is the error, whatever status
+    the lost unit is then taken to have (unitstate.lost_signals)."""
+    if p.error is None:
+        p.error = (errno.ECONNRESET, event.text)
+    return p.state
 
 
 def exec_failed(p, event, out):

@@ -42,6 +42,7 @@ from flux_sdexec.events import (
     StartFailed,
     StopTimerExpired,
     UnitChanged,
+    UnitLost,
     Unloading,
     WaitRequested,
     WaiterGone,
@@ -113,6 +114,8 @@ row([*ESCALATING, ZOMBIE], WaiterGone, [None], w.waiter_gone)
 # hold) that ends lets the unit go
 row([ANSWERED], AnswerMaybeLost, [ZOMBIE, RELEASING, DONE], w.answer_maybe_lost)
 row(LIVE, GraceExpired, [None, RELEASING, DONE], w.grace_expired)
+# the manager restarted without a running unit (catchup.py): its exec ends with an error
+row(ESCALATING, UnitLost, [None], h.unit_lost)
 # a job shell whose job is over is stopped (orphans.py); its record, if over, let go
 row(ESCALATING, JobGone, [None], o.job_gone)
 row([ZOMBIE], JobGone, [ZOMBIE, RELEASING, DONE], o.job_gone)

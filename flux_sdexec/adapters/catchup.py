@@ -11,8 +11,9 @@ may not have it yet (the start's lookup sends it again, and its signals follow):
 Otherwise systemd stopped and forgot it, its last signals lost with the connection (a
 StopUnit or a release, then a daemon-reexec): fed as gone (unitstate.py), so that the
 process ends instead of waiting for a signal that cannot come. A unit that was running
-(its exit not known) is one a restarted manager no longer has: ``lost(p)`` ends it as
-killed, after its processes, now outside any manager, get the unit's stop signal.
+(its exit not known) is one a restarted manager no longer has: ``lost(p)`` has its
+processes, now outside any manager, get the unit's stop signal, and ends its exec with an
+error saying so (ECONNRESET).
 
 A read not answered within the call deadline (a stalled systemd) is sent again; one lost
 with the connection is read again by the next reconnect's catch-up.

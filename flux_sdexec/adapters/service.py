@@ -35,6 +35,7 @@ from flux_sdexec.events import (
     ResetFailedUnit,
     StopUnit,
     UnitChanged,
+    UnitLost,
     Unloading,
 )
 from flux_sdexec.lifecycle import UNLOADING_TEXT
@@ -168,13 +169,16 @@ class SdexecService:
     def _lost(self, p):
         """A started unit the manager does not have after a reconnect (it restarted): its
         processes, outside any manager now, get the unit's stop signal (a job shell's IMP
-        kills the whole job on SIGUSR1), and the process ends as killed, its unit gone."""
-        self.log.error(f"{p.unit.name}: unknown to systemd after the reconnect: ended")
+        kills the whole job on SIGUSR1), and the exec ends with the error saying so."""
+        text = f"the systemd manager restarted without {p.unit.name}"
         if cgroup.pid_in_unit(p.pid, p.unit.name):
             try:
                 os.kill(p.pid, p.cmd.stop_signal)
+                text += f": its processes were sent signal {p.cmd.stop_signal}"
             except OSError as exc:
                 self.log.error(f"{p.unit.name}: signal {p.cmd.stop_signal} to {p.pid}: {exc}")
+        self.log.error(f"{p.unit.name}: unknown to systemd after the reconnect: {text}")
+        self.feed(p, UnitLost(text))
         for props in unitstate.lost_signals(p.pid):
             self._unit_changed(p.unit.name, props)
 

@@ -81,7 +81,6 @@ def main(args):
         result["units_left"] = nodes.units_left(result["globs"])
         result["guest_procs_left"] = nodes.guest_procs_left(GUESTS)
         result["hostnames"] = nodes.hostnames()
-        result["lost_units"] = nodes.lost_units()
         nodes.add_ranks([j for j in feeder.jobs if verdict.job_problems(j)])
     else:
         result["units_left"] = units_left(result["globs"])

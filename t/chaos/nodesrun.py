@@ -100,16 +100,6 @@ class NodeRun:
             ]
         )
 
-    def lost_units(self):
-        """The units sdexec ended as lost (their manager restarted), from the instance's log
-        (rank 0's log file has every rank's lines, of every broker's life)."""
-        try:
-            with open(self.nodes.state / "node0" / "flux" / "broker.log") as f:
-                return nodeverdict.parse_lost_units(f)
-        except OSError as exc:
-            self.log(f"chaos: cannot read the instance's log: {exc}")
-            return []
-
     def print_left(self, units):
         for entry in units:
             host, unit = entry.split(" ", 1)

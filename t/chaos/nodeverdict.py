@@ -5,23 +5,17 @@ each event, and ``ranks``, the broker ranks the job ran on) and the run's ``faul
 fault injected: ``kind``, ``rank``, wall-clock ``start`` and ``end``).
 
 A job that did not end with its own exit code is **ended by a node fault** when it became
-inactive (a job still active at the end is a hang: never explained) and either
-
-- it has an exception, and each of its exceptions names a node (its hostname as a word, e.g.
-  ``node failure on node2 (rank 2)``) whose broker was killed or whose manager was killed
-  (``brokerkill``, ``managerkill``) while the job held that node: the job ran on that rank,
-  and the exception came between the fault's start and FAULT_WINDOW seconds after its end; or
-- it has no exception, its finish status is SIGKILL's (9), and the sdexec of a node whose
-  manager was killed ended one of the job's shell units there as lost, in that window: its
-  log line ``<unit>: unknown to systemd after the reconnect: ended`` (``lost_units``, from the
-  instance's log), the design's answer for a unit the new manager does not have.
-
-A job that ended with a wrong exit code and no such evidence, or an exception naming another
-node, long after the fault, or after any other kind of fault, is lost.
+inactive (a job still active at the end is a hang: never explained), it has an exception, and
+each of its exceptions names a node (its hostname as a word, e.g. ``node failure on node2
+(rank 2)``, or ``job shell exec error on broker node1 (rank 1): the systemd manager restarted
+without ...``, sdexec's answer for a unit the new manager does not have) whose broker or
+manager was killed (``brokerkill``, ``managerkill``) while the job held that node: the job ran
+on that rank, and the exception came between the fault's start and FAULT_WINDOW seconds after
+its end. A job that ended with a wrong exit code and no exception, or an exception naming
+another node, long after the fault, or after any other kind of fault, is lost.
 """
 
 import re
-from datetime import datetime, timezone
 
 from .schedule import NODE_KINDS
 
@@ -46,21 +40,20 @@ def _exceptions(job):
     ]
 
 
-def explaining_fault(job, fault_log, hostnames, lost_units=None, window=FAULT_WINDOW):
+def explaining_fault(job, fault_log, hostnames, window=FAULT_WINDOW):
     """The node fault that ended ``job``, as a short sentence, or None (the job is lost).
 
     Args:
         job: a job record (see the module docstring).
         fault_log: the faults injected, in order.
         hostnames: ``{rank: hostname}``.
-        lost_units: ``[{"rank", "unit", "time"}]``: the units sdexec ended as lost.
     """
     if not any(name == "clean" for name, _ in job.get("events", [])):
         return None
     exceptions = _exceptions(job)
     ranks = set(job.get("ranks") or [])
     if not exceptions:
-        return _killed_by_lost_manager(job, ranks, fault_log, lost_units or [], hostnames, window)
+        return None
     found = []
     for context, stamp in exceptions:
         fault = _fault_for(context.get("note", ""), stamp, ranks, fault_log, hostnames, window)
@@ -84,44 +77,6 @@ def _fault_for(note, stamp, ranks, fault_log, hostnames, window):
         ):
             return fault
     return None
-
-
-def _killed_by_lost_manager(job, ranks, fault_log, lost_units, hostnames, window):
-    finish = [c for name, c in job.get("events", []) if name == "finish"]
-    if not finish or finish[0].get("status") != 9:
-        return None
-    mine = re.compile(rf"-{re.escape(job.get('id') or '?')}[:.]")
-    for unit in lost_units:
-        if unit["rank"] not in ranks or not mine.search(unit["unit"]):
-            continue
-        for fault in reversed(fault_log):  # the latest that fits
-            if (
-                fault["kind"] == "managerkill"
-                and fault["rank"] == unit["rank"]
-                and fault["start"] <= unit["time"] <= fault["end"] + window
-            ):
-                host = hostnames.get(fault["rank"], f"rank {fault['rank']}")
-                return f"managerkill of {host} at {fault['start']:.1f} (its shell there lost)"
-    return None
-
-
-LOST_LINE = re.compile(
-    r"^(\w{3} \d\d \d\d:\d\d:\d\d\.\d+) UTC (\d{4}) sdexec\.err\[(\d+)\]: "
-    r"(\S+): unknown to systemd after the reconnect: ended$"
-)
-
-
-def parse_lost_units(lines):
-    """The units sdexec ended as lost, from the instance's log (rank 0's ``log-filename``,
-    which has every rank's lines): ``[{"rank", "unit", "time"}]``."""
-    found = []
-    for line in lines:
-        m = LOST_LINE.match(line.rstrip("\n"))
-        if m:
-            when = datetime.strptime(f"{m[1]} {m[2]}", "%b %d %H:%M:%S.%f %Y")
-            found.append({"rank": int(m[3]), "unit": m[4],
-                          "time": when.replace(tzinfo=timezone.utc).timestamp()})  # fmt: skip
-    return found
 
 
 def unexplained_drains(drains, fault_log, window=DRAIN_WINDOW):

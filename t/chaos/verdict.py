@@ -60,7 +60,8 @@ def _status(status):
 
 
 HELPER_PREFIX = "imp_exec_helper: "
-BUS_LOST = "disconnected from message bus"
+# how flux-core's sdbus reports the bus lost under a call: the manager gone (reexec), the bus
+BUS_LOST = ("disconnected from message bus", "received Disconnected signal from bus")
 
 
 def helper_failure(job):
@@ -72,7 +73,7 @@ def helper_failure(job):
         return None
     for name, context in job.get("exec_events", []):
         data = context.get("data", "") if name == "log" else ""
-        if data.startswith(HELPER_PREFIX) and BUS_LOST in data:
+        if data.startswith(HELPER_PREFIX) and any(text in data for text in BUS_LOST):
             return data.strip()
     return None
 
@@ -96,9 +97,7 @@ def judge(result):
             continue
         jobid = job.get("id") or "(no id)"
         line = helper_failure(job)
-        why = nodes and nodeverdict.explaining_fault(
-            job, result.get("fault_log", []), hostnames, result.get("lost_units", [])
-        )
+        why = nodes and nodeverdict.explaining_fault(job, result.get("fault_log", []), hostnames)
         if line:
             helper_failed.append((jobid, line))
         elif why:

@@ -6,7 +6,8 @@ Guest jobs run on every node (bgexec): one on node0 and one on node2 that end by
 themselves, one on node1 and one on all 3 nodes that would run for minutes. node1'"'"'s
 systemd manager of the flux user is SIGKILLed (by its pid) and started again. The jobs on
 node0 and node2 complete untouched; node1'"'"'s running jobs end (not a hang: the new manager
-does not have their units, sdexec ends them as killed and has the IMP kill their processes);
+does not have their units, sdexec has the IMP kill their processes and answers each with
+an error naming the lost unit, so the job'"'"'s exception names node1);
 sdexec on node1 reconnects to the new manager and runs jobs again; no unit is left.'
 
 . "$(dirname "$0")/sharness-nodes.sh"
@@ -54,13 +55,15 @@ test_expect_success "node$N's manager SIGKILLed and started again" '
 	node_do $N manager_up &&
 	test "$(node_manager_pid $N)" != $mp
 '
-test_expect_success "node$N's running jobs end, not a hang, with a failure" '
+test_expect_success "node$N's running jobs end, not a hang, with an exception naming node$N" '
 	for id in $b $c; do
 		owner flux job wait-event -t $T $id clean &&
 		! owner flux job status -v $id 2>status.$id &&
 		test_debug "cat status.$id" &&
 		owner flux job eventlog $id >eventlog.$id &&
-		test_debug "cat eventlog.$id" || return 1
+		test_debug "cat eventlog.$id" &&
+		grep "exception.*node$N (rank $N): the systemd manager restarted without" \
+			eventlog.$id || return 1
 	done
 '
 test_expect_success 'the jobs on node0 and node2 complete untouched, exit 0' '
