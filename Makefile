@@ -36,7 +36,7 @@ DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sh
 PIP_DEPS := vermin
 
 .PHONY: check check-unit check-systemd check-flux check-chaos check-site check-upstream chaos \
-	deps flux-security flux-core install demo lint man setup-check site-up site-down
+	nodes-chaos deps flux-security flux-core install demo lint man setup-check site-up site-down
 
 check: setup-check check-unit check-systemd check-flux check-chaos check-site
 
@@ -96,9 +96,24 @@ check-chaos:
 	fi
 
 chaos:
+ifdef NODES
+	@$(MAKE) --no-print-directory nodes-chaos
+else
 	@scripts/prereqs.sh flux systemd python
 	eval "$$(t/start-user-systemd.sh)" && \
 	$(CHAOS) --duration $(DURATION) --long-stall $(LONG_STALL) $(if $(SEED),--seed $(SEED))
+endif
+
+# `make chaos NODES=3` (or `make nodes-chaos`): the chaos test on NODES nodes of the site harness
+# (root; t/site/nodes.sh up, t/site/nodes-chaos.sh, down), with node faults, jobs by METHODS in
+# turn. It takes no lock: on a shared machine run it under both, e.g. `flock
+# /tmp/sdexec-site.lock flock /tmp/sdexec-systemd.lock make chaos NODES=3 SEED=1`.
+METHODS ?= bgexec,bulk-exec
+nodes-chaos:
+	@why=$$(t/site/site.sh why-not); [ -z "$$why" ] || { echo "nodes-chaos: cannot run: $$why"; exit 1; }
+	t/site/nodes.sh up $(or $(NODES),3) || { t/site/nodes.sh down; exit 1; }; \
+	t/site/nodes-chaos.sh --duration $(DURATION) --methods $(METHODS) $(if $(SEED),--seed $(SEED)); \
+	rc=$$?; t/site/nodes.sh down; exit $$rc
 
 check-upstream:
 	@echo "== flux-core's own sdexec suites against our modules"

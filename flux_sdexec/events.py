@@ -218,5 +218,12 @@ class CloseChannels:
 
 
 @dataclass(frozen=True)
+class DrainRank:
+    """Drain this broker's rank (resource.drain) with ``reason``: its IMP failed."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Reap:
     """Release the unit watch, timers and fds; the process is over."""

@@ -11,9 +11,20 @@ every unit stops: nothing may outlive the instance. For the same reason the unlo
 that hands units over starts a guard unit that stops them should the broker exit
 before another sdexec took them over (sdexec removed for good while jobs ran).
 
+The stop timer of each unit handed over (its SDEXEC_STOP_TIMER_SEC and _SIGNAL: for a
+multi-user job shell, SIGUSR1 to the IMP, which kills the whole job, as the flux user's
+manager cannot signal the guest's processes) travels in the guard's environment
+(``SDEXEC_STOP_TIMERS``): the guard's stop sends it to the main process of a unit still
+running after a grace, as the unload does (teardown.see_units_gone), and the next sdexec
+adopts the unit with it. A unit adopted without one (after a crash) that runs the IMP gets
+job-exec's signal for IMP shells, SIGUSR1, and IMP_STOP_TIMER_SEC.
+
 Pure: stdlib and the core only.
 """
 
+import signal
+
+from flux_sdexec.impfatal import runs_imp
 from flux_sdexec.states import ProcState
 
 KEEP_WAITABLE = "keep-waitable"  # the default
@@ -54,10 +65,27 @@ def units_to_keep(procs, policy, broker_state, held=frozenset()):
     return {p.unit.name for p in procs if keepable(p, held)}
 
 
-# Run by the guard unit: wait for the broker to exit, then stop what was handed over.
+STOP_TIMERS_ENV = "SDEXEC_STOP_TIMERS"
+IMP_STOP_TIMER_SEC = 30  # an adopted IMP's stop timer, its own unknown (a crash)
+GUARD_GRACE = 2  # seconds the guard gives each step of its stop (teardown.UNLOAD_GRACE)
+
+# Run by the guard unit: wait for the broker to exit, then stop what was handed over as the
+# unload does: StopUnit, after a grace each unit's stop signal on its main process, after
+# another SIGKILL on all its processes, then reset what failed. No "${" in it: systemd
+# expands ${NAME} in ExecStart itself (an unknown name to nothing).
 _GUARD_SCRIPT = (
-    'pid=$1; shift; while kill -0 "$pid" 2>/dev/null; do sleep 1; done; '
-    'systemctl --user stop "$@"; systemctl --user reset-failed "$@" 2>/dev/null; exit 0'
+    'pid=$1; grace=$2; shift 2; while kill -0 "$pid" 2>/dev/null; do sleep 1; done; '
+    'up() { test -n "$(systemctl --user list-units --plain --no-legend '
+    '--state=activating,active,deactivating,reloading "$@")"; }; '
+    'settle() { n=0; while test $n -lt $((grace * 5)) && up "$@"; do '
+    "sleep 0.2; n=$((n + 1)); done; }; "
+    'systemctl --user stop --no-block "$@"; settle "$@"; '
+    'for t in $SDEXEC_STOP_TIMERS; do u=$(echo "$t" | cut -d= -f1); '
+    's=$(echo "$t" | cut -d= -f2 | cut -d: -f1); '
+    'systemctl --user kill --kill-whom=main --signal="$s" "$u" 2>/dev/null; '
+    'done; test -n "$SDEXEC_STOP_TIMERS" && settle "$@"; '
+    'systemctl --user kill --signal=SIGKILL "$@" 2>/dev/null; settle "$@"; '
+    'systemctl --user reset-failed "$@" 2>/dev/null; exit 0'
 )
 
 
@@ -74,4 +102,37 @@ def guard_command(broker_pid, units):
     """argv of the guard: if the broker ``broker_pid`` exits before another sdexec
     took ``units`` over (and stopped the guard), stop them, so nothing outlives the
     instance even when sdexec is removed for good while the instance runs."""
-    return ["/bin/sh", "-c", _GUARD_SCRIPT, "sdexec-guard", str(broker_pid), *sorted(units)]
+    pid, grace = str(broker_pid), str(GUARD_GRACE)
+    return ["/bin/sh", "-c", _GUARD_SCRIPT, "sdexec-guard", pid, grace, *sorted(units)]
+
+
+def stop_timers_env(timers):
+    """The guard's ``SDEXEC_STOP_TIMERS=unit=signal:sec ...`` for ``timers`` (unit name to
+    (stop timer seconds, signal))."""
+    specs = (f"{unit}={int(signum)}:{sec}" for unit, (sec, signum) in sorted(timers.items()))
+    return f"{STOP_TIMERS_ENV}={' '.join(specs)}"
+
+
+def parse_stop_timers(environment):
+    """The timers of a guard's environment (``K=V`` strings); what does not parse is left."""
+    timers = {}
+    for entry in environment:
+        key, _, value = entry.partition("=")
+        if key != STOP_TIMERS_ENV:
+            continue
+        for spec in value.split():
+            unit, _, timer = spec.partition("=")
+            signum, _, sec = timer.partition(":")
+            if unit and signum.isdigit() and sec.isdigit():
+                timers[unit] = (int(sec), int(signum))
+    return timers
+
+
+def adopted_stop_timer(unit, argv, handed):
+    """(stop timer seconds, signal) of a unit adopted at load: as handed over, else the
+    IMP's, else none (None, SIGKILL: the default of an exec without the options)."""
+    if unit in handed:
+        return handed[unit]
+    if runs_imp(argv):
+        return IMP_STOP_TIMER_SEC, signal.SIGUSR1
+    return None, signal.SIGKILL

@@ -9,7 +9,7 @@ import errno
 import signal
 import syslog
 
-from flux_sdexec import responses
+from flux_sdexec import impfatal, responses
 from flux_sdexec.events import (
     AnswerWait,
     CheckContainment,
@@ -61,6 +61,8 @@ def exited(p, event, out):
         out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: {why}"))
         if p.keeps_record:
             return retain_or_drop(p, out)
+    elif impfatal.may_fail(p):  # answered once its stderr is read (gone)
+        p.finish_held = True
     else:
         out.append(Respond(responses.finished(u.wait_status)))
     return S.FINISHED
@@ -92,6 +94,7 @@ def gone(p, event, out):
     out += p.start_output()
     if p.output_open:
         return p.state
+    impfatal.conclude(p, out)
     if p.error is None and p.unit.pid is None:
         p.error = (errno.EINVAL, NO_PID_TEXT)
     elif p.error is None and p.unit.code is None:
@@ -99,6 +102,8 @@ def gone(p, event, out):
     if p.error is not None:
         return terminal_error(p, out)
     if not p.cmd.background:
+        if p.finish_held:
+            out.append(Respond(responses.finished(p.unit.wait_status)))
         out.append(RespondError(errno.ENODATA))
         return S.DONE
     return retain_or_drop(p, out)
@@ -121,6 +126,8 @@ def output_chunk(p, event, out):
     text = str.removesuffix(text, "\n")
     level = syslog.LOG_INFO if event.stream == "stdout" else syslog.LOG_ERR
     out.append(Log(level, f"{p.logname}[{p.pid}]: {text}"))
+    if p.imp_error is not None and event.stream == "stderr":
+        p.imp_error.see(event.data)
     if p.retained_output is not None:
         io = responses.io_object(event.stream, event.rank, event.data, event.eof)
         p.retained_output.add(io, len(event.data))

@@ -18,18 +18,14 @@ Pure: stdlib only.
 """
 
 import errno
-import re
 import syslog
 
 from flux_sdexec.events import Log
+from flux_sdexec.shelljobs import job_id, job_number, shell_job  # noqa: F401 (re-exported)
 from flux_sdexec.states import ProcState
 from flux_sdexec.waits import release
 
 S = ProcState
-
-# an f58plain job id: "f" then base58 digits (no 0, O, I, l)
-F58_DIGITS = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-_SHELL_RE = re.compile(r"(?:imp-)?shell-\d+-f([1-9A-HJ-NP-Za-km-z]+)(?:[-.:]|\Z)")
 
 # flux_job_state_t (flux-core's job.h)
 JOB_STATES = {
@@ -48,25 +44,6 @@ CHECK_DELAYS = (0.5, 1.0, 2.0, 4.0)
 DEFAULT_INTERVAL = 10.0
 
 KEEP, STOP, RETRY = "keep", "stop", "retry"
-
-
-def job_id(name):
-    """The job id in a job shell's label or unit name, as f58plain (``f...``), or None."""
-    m = _SHELL_RE.match(name or "")
-    return f"f{m.group(1)}" if m else None
-
-
-def job_number(plain):
-    """The integer job id of an f58plain id (``f...``)."""
-    n = 0
-    for digit in plain[1:]:
-        n = n * 58 + F58_DIGITS.index(digit)
-    return n
-
-
-def shell_job(p):
-    """The f58plain job id of SdProc ``p`` if it is a job shell, else None."""
-    return job_id(p.cmd.label) or job_id(p.unit.name)
 
 
 def suspect(p):

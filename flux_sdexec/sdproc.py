@@ -9,6 +9,7 @@ the core never looks at them. Pure: stdlib only.
 
 import os
 
+from flux_sdexec.impfatal import watch_for
 from flux_sdexec.events import ResetFailedUnit, StartOutput, StopUnit
 from flux_sdexec.linebuf import RetainedOutput
 from flux_sdexec.states import ProcState, StopStage
@@ -82,6 +83,8 @@ class SdProc:
         self.kill_when_started = False  # a fg client left before its process ran
         self.started_response_sent = adopted  # "started" answered (or logged, background)
         self.finished_response_sent = False  # "finished" answered (or exit logged, background)
+        self.finish_held = False  # "finished" waits for the IMP's stderr (impfatal.py)
+        self.imp_error = watch_for(cmd)  # the IMP's fatal line on stderr, if it runs the IMP
         self.error = None  # (errno, text) for the terminal response
         self.waiter = None  # the parked sdexec.wait request
         self.waiter_parked = False  # it came while the process ran (waits.py: the grace)

@@ -60,6 +60,7 @@ class Unit:
         "status",
         "result",
         "left_inactive",
+        "was_active",
     )
 
     def __init__(self, name):
@@ -71,12 +72,13 @@ class Unit:
         self.status = None
         self.result = None
         self.left_inactive = False  # systemd's first signal shows inactive/dead, before the start
+        self.was_active = False  # it was seen active (Type=notify: READY=1 came), latched
 
     def copy(self):
         c = Unit.__new__(Unit)  # once per signal: spelled out, no loop over __slots__
         c.name, c.active_state, c.sub_state = self.name, self.active_state, self.sub_state
         c.pid, c.code, c.status, c.result = self.pid, self.code, self.status, self.result
-        c.left_inactive = self.left_inactive
+        c.left_inactive, c.was_active = self.left_inactive, self.was_active
         return c
 
     def update(self, props):
@@ -91,6 +93,7 @@ class Unit:
         if state is not None:
             self.active_state = state if state in ACTIVE_STATES else "unknown"
             self.left_inactive |= self.active_state not in ("inactive", "unknown")
+            self.was_active |= self.active_state == "active"
         if "SubState" in props:
             self.sub_state = props["SubState"]
         if props.get("LoadState") == "not-found":

@@ -31,6 +31,7 @@ Pure: stdlib only.
 
 import syslog
 
+from flux_sdexec import impfatal
 from flux_sdexec.events import AnswerWait, ArmGrace, DrainOutput, Log
 from flux_sdexec.states import ProcState
 
@@ -91,6 +92,7 @@ def collect(p, out, drained=False):
     if not drained and p.output_open:
         out.append(DrainOutput())
         return S.ZOMBIE
+    impfatal.conclude(p, out)  # its stderr is read: an IMP's fatal line is the answer
     waiter, parked, p.waiter, p.waiter_parked = p.waiter, p.waiter_parked, None, False
     if p.error is not None:
         out.append(AnswerWait(waiter, error=p.error))

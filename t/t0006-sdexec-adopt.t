@@ -174,4 +174,30 @@ test_expect_success 'bgexec job survives job-exec reload with an sdexec crash in
 	test -z "$(units $(cat instance.out))"
 '
 
+# As job-exec runs a multi-user shell: SIGTERM to the main process only, no stop timeout of
+# systemd's, and sdexec's stop timer ending in SIGUSR1 (the IMP kills the whole job on it).
+test_expect_success 'a unit handed over keeps its stop timer: its stop signal reaches it' '
+	cat >stoptimer.sh <<-EOT &&
+	. ./lib.sh
+	flux exec --service sdexec -r 0 --bg --waitable --label=st \\
+		--setopt=SDEXEC_PROP_KillMode=process \\
+		--setopt=SDEXEC_PROP_TimeoutStopUSec=infinity \\
+		--setopt=SDEXEC_STOP_TIMER_SEC=1 --setopt=SDEXEC_STOP_TIMER_SIGNAL=10 \\
+		sh -c "trap \\"\\" TERM; trap \\"touch usr1; exit 0\\" USR1; while :; do sleep 0.1; done"
+	wait_until ps_has 0 "R  st"
+	flux module reload $module
+	flux dmesg | grep "adopted st" >st.adopted
+	systemctl --user stop --no-block \$(units \$(instance) | grep "^st")
+	wait_until test -e usr1
+	collect 0 st
+	instance >instance.out
+	flux module remove sdexec
+	EOT
+	run_instance 1 conf stoptimer.sh &&
+	test_debug "cat st.adopted" &&
+	test -s st.adopted &&
+	echo 0 >expect.st && test_cmp expect.st st.status &&
+	test -z "$(units $(cat instance.out))"
+'
+
 test_done

@@ -13,14 +13,7 @@ shutdown (every unit stops), and a bulk-exec job (foreground) during a reload
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
-sdexec_extra_config exec.toml <<-EOF
-	[exec]
-	service = "sdexec"
-	method = "bgexec"
-	EOF
-
-sdexec_under_flux 2 jobs
-. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
+sdexec_bgexec_jobs_under_flux 2
 
 # gated_job NAME RANK CODE: a job on RANK that waits for file NAME, prints
 # "out-NAME", and exits CODE; its id is written to NAME.id.

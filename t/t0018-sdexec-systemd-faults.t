@@ -17,14 +17,7 @@ flux tier one script at a time, so nothing else of make check runs meanwhile.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
-sdexec_extra_config exec.toml <<-EOF
-	[exec]
-	service = "sdexec"
-	method = "bgexec"
-	EOF
-
-sdexec_under_flux 2 jobs
-. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
+sdexec_bgexec_jobs_under_flux 2
 
 # systemd_pid: the user manager's pid, as the session bus knows it.
 systemd_pid() {

@@ -13,14 +13,7 @@ hand do the same through adoption.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
-sdexec_extra_config exec.toml <<-EOF
-	[exec]
-	service = "sdexec"
-	method = "bgexec"
-	EOF
-
-sdexec_under_flux 2 jobs
-. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
+sdexec_bgexec_jobs_under_flux 2
 
 FLUX_EXEC_PATH_PREPEND=$SDEXEC_SRCDIR/cmd
 export FLUX_EXEC_PATH_PREPEND

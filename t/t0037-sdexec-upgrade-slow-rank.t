@@ -10,14 +10,7 @@ every job shell status, so every job completes with its own exit code.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
-sdexec_extra_config exec.toml <<-EOF
-	[exec]
-	service = "sdexec"
-	method = "bgexec"
-	EOF
-
-sdexec_under_flux 4 jobs
-. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
+sdexec_bgexec_jobs_under_flux 4
 
 FLUX_EXEC_PATH_PREPEND=$SDEXEC_SRCDIR/cmd
 export FLUX_EXEC_PATH_PREPEND

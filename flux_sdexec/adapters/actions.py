@@ -18,6 +18,7 @@ from flux_sdexec.events import (
     CheckContainment,
     CloseChannels,
     DrainOutput,
+    DrainRank,
     GraceExpired,
     KillUnit,
     Log,
@@ -39,6 +40,7 @@ class ActionRunner:
 
     def __init__(self, svc):
         self.svc = svc
+        self._drains = set()  # resource.drain futures not answered yet
         self._dispatch = {
             Respond: self.respond,
             RespondError: self.respond_error,
@@ -55,6 +57,7 @@ class ActionRunner:
             CancelTimer: self.cancel_timer,
             Log: self.log,
             Reap: self.reap,
+            DrainRank: self.drain_rank,
         }
 
     def run(self, p, action):
@@ -136,6 +139,24 @@ class ActionRunner:
 
     def log(self, p, a):
         self.svc.log(a.level, a.text)
+
+    def drain_rank(self, p, a):
+        """resource.drain of this rank on rank 0, as job-exec drains ranks; a failure is
+        logged."""
+        svc = self.svc
+        payload = {"targets": str(svc.rank), "reason": a.reason, "mode": "update"}
+        svc.log.error(f"draining rank {svc.rank}: {a.reason}")
+
+        def answered(future):
+            self._drains.discard(future)
+            try:
+                future.get()
+            except OSError as exc:
+                svc.log.error(f"resource.drain of rank {svc.rank}: {exc.strerror or exc}")
+
+        future = svc.h.rpc("resource.drain", payload, 0)
+        self._drains.add(future)  # referenced until answered
+        future.then(svc.watchers.guard(answered, "resource.drain"))
 
     def reap(self, p, a):
         """Release the unit watch, the timers and the channels."""

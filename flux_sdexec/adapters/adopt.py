@@ -8,14 +8,16 @@ import errno
 
 from flux_sdexec.errors import RequestError
 from flux_sdexec.events import UnitChanged
+from flux_sdexec.handoff import adopted_stop_timer
 from flux_sdexec.protocol import ExecRequest
 from flux_sdexec.sdproc import SdProc
-from flux_sdexec.adapters.systemd import teardown
+from flux_sdexec.adapters.systemd import guard, teardown
 
 
 def adopt_leftovers(svc):
     """Track this rank's leftover units in ``svc`` (an SdexecService); returns how many."""
     adopted = 0
+    handed = guard.handed_timers(svc.bridge, svc.log, svc.guard)  # the stop timers (handoff.py)
     for unit, _, _ in svc.bridge.list_units([svc.namer.glob]):
         ours, label = svc.namer.parse(unit)
         if not ours:
@@ -27,12 +29,16 @@ def adopt_leftovers(svc):
             if label is not None and svc.registry.has_label(label):
                 raise RequestError(errno.EEXIST, f"label {label} is already tracked")
             exec_start = props.get("ExecStart") or [(unit, [unit])]
+            cmdline = list(exec_start[0][1]) or [unit]
+            stop_timer_sec, stop_signal = adopted_stop_timer(unit, cmdline, handed)
             cmd = ExecRequest(
-                cmdline=list(exec_start[0][1]) or [unit],
+                cmdline=cmdline,
                 env={},
                 label=label,
                 background=True,
                 waitable=True,
+                stop_timer_sec=stop_timer_sec,
+                stop_signal=stop_signal,
             )
             p = SdProc(None, cmd, unit, adopted=True)
             svc.accounting.adopted(p, props)

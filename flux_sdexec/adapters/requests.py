@@ -62,11 +62,12 @@ class Requests:
         old = svc.registry.by_unit(unit)
         if old is not None and old.label_free:  # a wait gave its status: it goes
             svc.feed(old, LabelReused())
-            if svc.registry.by_unit(unit) is not None:
-                svc.after_release.wait(unit, msg, req.label, lambda m: self._start(m, req))
-                return unit
         elif old is not None or svc.after_release.has(unit=unit):
             raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
+        # the old unit is still loaded, or its Unref not answered yet (holds.py)
+        if svc.registry.by_unit(unit) is not None or svc.holds.releasing(unit):
+            svc.after_release.wait(unit, msg, req.label, lambda m: self._start(m, req))
+            return unit
         if unit in svc.sweeper:
             raise RequestError(errno.EEXIST, f"unit {unit} is still being stopped")
         check = enforcement.post_start_check(req, svc.debug)

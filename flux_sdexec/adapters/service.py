@@ -125,7 +125,9 @@ class SdexecService:
         )
         self.after_release = StartsAfterRelease(self.serve, self.responder.respond_error, sender_of)
         self.orphans = OrphanWatch(self, orphan_interval)
-        self.holds = Holds(log, self.watchers)  # waitable units stay loaded once ended (holds.py)
+        # waitable units stay loaded once ended (holds.py); a start of a name whose Unref is
+        # not answered yet waits for it (after_release.py)
+        self.holds = Holds(log, self.watchers, on_released=self.after_release.gone)
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
         guard.stop(self.bridge, self.log, self.guard)  # after: it holds units that ended
         self.bus.pump()
@@ -150,8 +152,7 @@ class SdexecService:
                 self.holds.hold(p.unit.name)  # loaded with its status once ended (holds.py)
             if p.state is ProcState.DONE:
                 self.registry.remove(p)
-                self.holds.release(p.unit.name)
-                self.after_release.gone(p.unit.name)
+                self.holds.release(p.unit.name)  # then after_release.gone (on_released)
         if pump:
             self.bus.pump()
 
@@ -217,11 +218,12 @@ class SdexecService:
         self.after_release.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         self.orphans.close()
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
-        signals = {
-            p.unit.name: p.cmd.stop_signal
+        timers = {
+            p.unit.name: (p.cmd.stop_timer_sec, p.cmd.stop_signal)
             for p in self.registry
             if p.cmd.stop_timer_sec is not None
         }
+        signals = {unit: signum for unit, (_, signum) in timers.items()}
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         self.holds.hand_over()
         for p in self.registry:
@@ -235,7 +237,8 @@ class SdexecService:
                 teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
             left = [u for u in swept if u not in units]
             if keep and self.broker_pid is not None:
-                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices)
+                kept = {unit: timers[unit] for unit in keep if unit in timers}
+                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices, kept)
             self.holds.close()  # the guard, loaded, refers to the units kept
             teardown.see_units_gone(self.bridge, self.log, units + left, stop_signals=signals)
         except UnitError as exc:

@@ -24,11 +24,14 @@ def output_sink(responder, p, stream, rank, feed, flow=None):
     if not p.cmd.background:
         encoder = None
         msg = p.exec_request.msg
+        imp_error = p.imp_error if stream == "stderr" else None  # impfatal.py
 
         def stream_chunk(chunk, eof):
             nonlocal encoder
             if encoder is None:  # built at the first chunk: the pid is known by then
                 encoder = responses.OutputEncoder(stream, rank, p.pid)
+            if imp_error is not None and chunk:
+                imp_error.see(chunk)
             responder.respond_raw(msg, encoder.data(chunk, eof) if chunk else encoder.eof(), flow)
 
         return stream_chunk

@@ -42,6 +42,7 @@ class Injector:
         self.counts = {k: {"injected": 0, "skipped": 0, "failed": 0} for k in ALL_KINDS}
         self.skip_reasons = {}
         self.failures = []
+        self.fault_log = []  # each fault injected: kind, rank, wall-clock start and end
         self.done = threading.Event()
         self._quit = threading.Event()
         self._t0 = time.monotonic()
@@ -71,39 +72,57 @@ class Injector:
 
     def _inject(self, fault):
         stamp = time.monotonic() - self._t0
-        began = time.monotonic()
+        what = self.describe(fault)
+        began, wall_began = time.monotonic(), time.time()
         try:
             skipped = getattr(self, "_" + fault.kind)(fault)
         except Exception as exc:  # a fault that could not be carried out is a finding
             self.counts[fault.kind]["failed"] += 1
-            self.failures.append(f"t={stamp:.1f}s {fault.describe()}: {exc}")
-            self.log(f"[{stamp:7.1f}s] {fault.describe()}: FAILED: {exc}")
+            self.failures.append(f"t={stamp:.1f}s {what}: {exc}")
+            self.log(f"[{stamp:7.1f}s] {what}: FAILED: {exc}")
             return
         if skipped:
             self.counts[fault.kind]["skipped"] += 1
             self.skip_reasons.setdefault(fault.kind, skipped)
-            self.log(f"[{stamp:7.1f}s] {fault.describe()}: skipped: {skipped}")
+            self.log(f"[{stamp:7.1f}s] {what}: skipped: {skipped}")
             return
         self.counts[fault.kind]["injected"] += 1
-        self.log(f"[{stamp:7.1f}s] {fault.describe()}: done in {time.monotonic() - began:.2f}s")
+        self.fault_log.append({"kind": fault.kind, "rank": fault.rank, "start": wall_began,
+                               "end": time.time()})  # fmt: skip
+        self.log(f"[{stamp:7.1f}s] {what}: done in {time.monotonic() - began:.2f}s")
+
+    # -- where a fault aims: overridden on the nodes (nodefaults.py) --
+
+    def describe(self, fault):
+        return fault.describe()
+
+    def manager_env(self, rank):
+        """The environment whose systemctl and busctl reach ``rank``'s systemd manager."""
+        return None  # ours: one manager for every rank
+
+    def broker_pid(self, rank):
+        """``rank``'s broker pid now."""
+        return self.brokers[rank]
 
     # -- the fault kinds: each returns None when injected, or why it was skipped --
 
-    def _systemctl(self, *args):
+    def _systemctl(self, rank, *args):
         res = subprocess.run(
-            ["systemctl", "--user", *args], capture_output=True, text=True, timeout=CMD_TIMEOUT
-        )
+            ["systemctl", "--user", *args], capture_output=True, text=True, timeout=CMD_TIMEOUT,
+            env=self.manager_env(rank),
+        )  # fmt: skip
         if res.returncode != 0:
             raise RuntimeError(f"systemctl --user {' '.join(args)}: {res.stderr.strip()}")
 
     def _reexec(self, fault):
-        self._systemctl("daemon-reexec")
+        self._systemctl(fault.rank, "daemon-reexec")
 
     def _reload(self, fault):
-        self._systemctl("daemon-reload")
+        self._systemctl(fault.rank, "daemon-reload")
 
     def _buskill(self, fault):
-        pid = procs.bus_pid()
+        env = self.manager_env(fault.rank)
+        pid = procs.bus_pid(env)
         if pid is None:
             raise RuntimeError("the session bus does not say its pid")
         os.kill(pid, signal.SIGKILL)
@@ -116,12 +135,15 @@ class Injector:
             ["systemctl", "--user", "reset-failed", "dbus.service"],
             capture_output=True,
             timeout=AFTER_BUSKILL_TIMEOUT,
+            env=env,
         )
         took = time.monotonic() - began
         if took > 5:
             self.log(f"    | systemd answered {took:.1f}s after the bus kill")
-        if _wait(procs.bus_answers, BUS_BACK_TIMEOUT):
+        if _wait(lambda: procs.bus_answers(env), BUS_BACK_TIMEOUT):
             return None
+        if env is not None:
+            raise RuntimeError(f"session bus not back {BUS_BACK_TIMEOUT}s after killing {pid}")
         # no socket activation here: start the bus the way the tests do
         subprocess.run(
             [os.path.join(self.srcdir, "t", "start-user-systemd.sh")],
@@ -132,7 +154,7 @@ class Injector:
             raise RuntimeError(f"session bus not back {BUS_BACK_TIMEOUT}s after killing {pid}")
 
     def _stall(self, fault):
-        pid = procs.manager_pid()
+        pid = procs.manager_pid(self.manager_env(fault.rank))
         if pid is None:
             raise RuntimeError("the session bus does not say the systemd manager's pid")
         self.stopper.stop(pid)
@@ -144,9 +166,10 @@ class Injector:
     _longstall = _stall
 
     def _modstop(self, fault):
-        pid = procs.module_pid(self.brokers[fault.rank], self.module_path)
+        broker = self.broker_pid(fault.rank)
+        pid = procs.module_pid(broker, self.module_path)
         if pid is None:
-            return f"no sdexec module process under broker {self.brokers[fault.rank]}"
+            return f"no sdexec module process under broker {broker}"
         self.stopper.stop(pid)
         try:
             time.sleep(fault.arg)

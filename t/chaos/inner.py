@@ -16,12 +16,14 @@ from pathlib import Path
 
 import flux
 
-from . import procs, schedule, verdict
+from . import nodesrun, procs, schedule, verdict
+from .drains import DrainKeeper
 from .faults import Injector
-from .jobs import Feeder
+from .jobs import GUESTS, Feeder
 from .run import module_file, say, units_left
 
 TICK = 0.5  # seconds between the reactor's checks of the clock (and RSS samples)
+DRAIN_TICK = 3.0  # seconds between looks for drained ranks
 CMD_TIMEOUT = 60  # seconds a flux command of the end checks may take
 RSS_WARMUP = 5  # seconds a module process runs before its RSS baseline is taken
 LOG_LINES = 40  # broker log lines printed per lost job, at most
@@ -41,32 +43,60 @@ def main(args):
         "rss_growth_kb": verdict.RSS_GROWTH_KB,
         "harness_errors": [],
     }
+    nodes = nodesrun.NodeRun(args, say) if args.nodes else None
+    drains = nodes.drain_keeper if nodes else DrainKeeper(say)
+    if nodes and "bulk-exec" in args.methods:
+        result["globs"].append("imp-shell-*.service")  # bulk-exec's names: job-exec's own
     module = str(module_file(args.checkout))
-    say(f"chaos: brokers {brokers}, module {module}, units {glob}")
+    say(f"chaos: brokers {brokers}, module {module}, units {' '.join(result['globs'])}")
     # about one fault per second at most: enough for the whole duration
-    plan = schedule.fault_schedule(args.seed, int(args.duration) + 2, args.kinds, args.long_stall)
-    injector = Injector(plan, brokers, module, args.checkout, say)
-    feeder = Feeder(h, schedule.job_mix(args.seed), args.inflight)
+    plan = schedule.fault_schedule(
+        args.seed, int(args.duration) + 2, args.kinds, args.long_stall, ranks=size
+    )
+    if nodes:
+        injector = nodes.injector(plan, brokers, module, args.checkout)
+    else:
+        injector = Injector(plan, brokers, module, args.checkout, say)
+    feeder = Feeder(h, schedule.job_mix(args.seed, size if nodes else 2), args.inflight)
     rss = {}
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        _run(h, args, feeder, injector, (brokers, module), rss)
+        if nodes:
+            nodes.start(feeder)
+        _run(h, args, feeder, injector, (brokers, module), rss, None if nodes else drains)
     finally:
         if not injector.stop(timeout=360):
             result["harness_errors"].append("a fault was still running 360s after the end")
+        if nodes:
+            nodes.stop()
     result["faults"] = injector.counts
     result["skip_reasons"] = injector.skip_reasons
     result["fault_failures"] = injector.failures
+    result["fault_log"] = injector.fault_log
     result["rss"] = {n: [first, peak] for n, (_, first, peak) in rss.items() if first is not None}
     _refetch_unfinished(feeder)
+    _fetch_exec_eventlogs(feeder.jobs)
     _print_unfinished(feeder)
-    result["units_left"] = units_left(result["globs"])
+    if nodes:
+        result["units_left"] = nodes.units_left(result["globs"])
+        result["guest_procs_left"] = nodes.guest_procs_left(GUESTS)
+        result["hostnames"] = nodes.hostnames()
+        result["lost_units"] = nodes.lost_units()
+        nodes.add_ranks([j for j in feeder.jobs if verdict.job_problems(j)])
+    else:
+        result["units_left"] = units_left(result["globs"])
+    drains.round()  # the last ones, so that no rank stays drained
+    result["drains"] = drains.drains
     result["answers"] = {str(r): _answers(r) for r in range(size)}
     result["jobs"] = feeder.jobs
-    if result["units_left"] or verdict.lost_jobs(feeder.jobs):
+    lost = verdict.judge(result)[0]
+    if result["units_left"] or lost:
         logs = _save_dmesg(workdir, size)
-        _print_left(result["units_left"], logs)
-        _print_lost(feeder.jobs, logs)
+        if nodes:
+            nodes.print_left(result["units_left"])
+        else:
+            _print_left(result["units_left"], logs)
+        _print_lost(feeder.jobs, lost, logs)
         say(f"chaos: broker logs in {workdir}/dmesg.<rank> and {workdir}/broker.log")
     (workdir / "result.json").write_text(json.dumps(result))
     return 0
@@ -89,15 +119,21 @@ def _logged_instance():
     return found[-1]
 
 
-def _run(h, args, feeder, injector, modules, rss):
-    """Feed jobs and inject faults for ``args.duration`` s, then let the jobs settle."""
+def _run(h, args, feeder, injector, modules, rss, drains):
+    """Feed jobs and inject faults for ``args.duration`` s, then let the jobs settle; every
+    DRAIN_TICK s, ``drains`` (a DrainKeeper, or None when another thread keeps them) undrains."""
     t0 = time.monotonic()
+    next_drain_round = t0 + DRAIN_TICK
     chaos_end = t0 + args.duration
     settle_end = chaos_end + args.long_stall + args.settle
 
     def tick(h, watcher, revents, _args):
+        nonlocal next_drain_round
         now = time.monotonic()
         _sample_rss(*modules, rss)
+        if drains and now >= next_drain_round:
+            drains.round()
+            next_drain_round = now + DRAIN_TICK
         if feeder.accepting and now >= chaos_end:
             feeder.accepting = False
             injector.stop(timeout=0)
@@ -134,26 +170,36 @@ def _sample_rss(brokers, module, rss):
 
 
 def _eventlog(job, which="eventlog"):
+    """``(events, stamps)``: ``job``'s eventlog ``which`` as ``[name, context]`` pairs, and
+    the time of each."""
     res = subprocess.run(
         ["flux", "job", "eventlog", "-f", "json", "-p", which, str(job["jobid"])],
         capture_output=True, text=True, timeout=CMD_TIMEOUT,
     )  # fmt: skip
-    events = []
+    events, stamps = [], []
     for line in res.stdout.splitlines():
         try:
             entry = json.loads(line)
         except ValueError:
             continue
         events.append([entry.get("name"), entry.get("context", {})])
-    return events
+        stamps.append(entry.get("timestamp"))
+    return events, stamps
 
 
 def _refetch_unfinished(feeder):
     """A job whose watch ended early is judged by its eventlog as the KVS has it now."""
     for job in feeder.unfinished():
-        events = _eventlog(job)
+        events, stamps = _eventlog(job)
         if events:
-            job["events"] = events
+            job["events"], job["stamps"] = events, stamps
+
+
+def _fetch_exec_eventlogs(jobs):
+    """A job that did not end as asked gets its exec eventlog, for the verdict to read."""
+    for job in jobs:
+        if job.get("jobid") and verdict.job_problems(job):
+            job["exec_events"] = _eventlog(job, "exec")
 
 
 def _print_unfinished(feeder):
@@ -162,7 +208,7 @@ def _print_unfinished(feeder):
     for job in stuck:
         say(f"not inactive: {job['id']} ({job['nodes']} node(s), exit {job['code']})")
         for which in ("eventlog", "exec"):
-            for name, context in _eventlog(job, which):
+            for name, context in _eventlog(job, which)[0]:
                 say(f"    {which}: {name} {json.dumps(context)}")
     if stuck:
         subprocess.run(
@@ -222,16 +268,16 @@ def _print_left(units, logs):
         _print_log_lines(logs, unit.split(":")[0])
 
 
-def _print_lost(jobs, logs):
+def _print_lost(jobs, lost, logs):
     """For each lost job: what is wrong, its eventlogs, and the broker log lines naming it."""
     by_id = {j["id"]: j for j in jobs}
-    for jobid, problems in verdict.lost_jobs(jobs):
+    for jobid, problems in lost:
         job = by_id.get(jobid, {})
         say(f"lost: {jobid} ({job.get('nodes')} node(s), exit {job.get('code')}): "
             + "; ".join(problems))  # fmt: skip
         if not job.get("jobid"):
             continue
         for which in ("eventlog", "exec"):
-            for name, context in _eventlog(job, which):
+            for name, context in _eventlog(job, which)[0]:
                 say(f"    {which}: {name} {json.dumps(context)}")
         _print_log_lines(logs, jobid, flux.job.JobID(job["jobid"]).f58)

@@ -10,6 +10,7 @@ one of those users in turn, with ``flux job submit`` run as that user (a multi-u
 import os
 import pwd
 import subprocess
+import time
 
 import flux.job
 from flux.job import JobID, JobspecV1
@@ -23,6 +24,7 @@ class Feeder:
         self.mix = mix
         self.inflight = inflight
         self.accepting = True
+        self.method = None  # job-exec's method now, as the run set it (None: not set)
         self.active = 0
         self.jobs = []  # one record per job, in submit order (see verdict.py)
         self._watches = {}  # record index -> its eventlog watch (kept alive until clean)
@@ -38,7 +40,8 @@ class Feeder:
 
     def _submit(self, spec):
         job = {"id": None, "jobid": None, "nodes": spec.nodes, "sleep": spec.sleep,
-               "code": spec.code, "events": [], "submit_error": None}  # fmt: skip
+               "code": spec.code, "events": [], "stamps": [], "submit_error": None,
+               "method": self.method}  # fmt: skip
         self.jobs.append(job)
         jobspec = JobspecV1.from_command(spec.command(), num_tasks=spec.nodes, num_nodes=spec.nodes)
         jobspec.cwd = "/tmp"
@@ -89,12 +92,14 @@ class Feeder:
             event = future.get_event()
         except OSError as exc:
             job["events"].append(["watch-error", {"note": str(exc)}])
+            job["stamps"].append(time.time())
             self._ended(index)
             return
         if event is None:
             self._ended(index)
             return
         job["events"].append([event.name, event.context])
+        job["stamps"].append(event.timestamp)
         if event.name == "clean":
             self._ended(index)
 

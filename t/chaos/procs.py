@@ -14,8 +14,9 @@ import subprocess
 CALL_TIMEOUT = 10  # seconds any probe below may take
 
 
-def bus_owner_pid(name):
-    """The pid owning bus ``name`` on the session bus, or None if the bus does not say."""
+def bus_owner_pid(name, env=None):
+    """The pid owning bus ``name`` on the session bus (busctl on the PATH of ``env``, by
+    default ours), or None if the bus does not say."""
     try:
         out = subprocess.run(
             [
@@ -32,23 +33,24 @@ def bus_owner_pid(name):
             capture_output=True,
             text=True,
             timeout=CALL_TIMEOUT,
+            env=env,
         ).stdout.split()
     except subprocess.TimeoutExpired:
         return None
     return int(out[1]) if len(out) == 2 and out[0] == "u" else None
 
 
-def manager_pid():
+def manager_pid(env=None):
     """The systemd user manager's pid (None: the bus did not answer)."""
-    return bus_owner_pid("org.freedesktop.systemd1")
+    return bus_owner_pid("org.freedesktop.systemd1", env)
 
 
-def bus_pid():
+def bus_pid(env=None):
     """The session bus daemon's pid (None: the bus did not answer)."""
-    return bus_owner_pid("org.freedesktop.DBus")
+    return bus_owner_pid("org.freedesktop.DBus", env)
 
 
-def bus_answers():
+def bus_answers(env=None):
     """The session bus answers a Ping (a connection also re-activates it via dbus.socket)."""
     try:
         return (
@@ -64,6 +66,7 @@ def bus_answers():
                 ],
                 capture_output=True,
                 timeout=CALL_TIMEOUT,
+                env=env,
             ).returncode
             == 0
         )

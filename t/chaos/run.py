@@ -50,8 +50,9 @@ def parse_args(argv):
         "deadline, e.g. 30); 0, the default: none",
     )  # fmt: skip
     p.add_argument(
-        "--kinds", default=",".join(schedule.KINDS),
-        help=f"fault kinds, comma-separated (default: all of {','.join(schedule.KINDS)})",
+        "--kinds",
+        help=f"fault kinds, comma-separated (default: all of {','.join(schedule.KINDS)}; "
+        f"with --nodes: {','.join(schedule.NODES_KINDS)})",
     )  # fmt: skip
     p.add_argument(
         "--checkout", default=str(SRCDIR),
@@ -62,9 +63,28 @@ def parse_args(argv):
         "--uri",
         help="an instance already running (the site, t/site/chaos.sh) to run in, not a new one",
     )  # fmt: skip
+    p.add_argument(
+        "--nodes", type=int, default=0,
+        help="run on the N nodes of t/site/nodes.sh, with node faults (t/site/nodes-chaos.sh)",
+    )  # fmt: skip
+    p.add_argument(
+        "--methods", default="bgexec,bulk-exec",
+        help="with --nodes: job-exec's methods, comma-separated, each in turn "
+        "(default bgexec,bulk-exec)",
+    )  # fmt: skip
+    p.add_argument(
+        "--method-period", type=float, default=60,
+        help="with --nodes: seconds each method stays before the next one (default 60)",
+    )  # fmt: skip
     p.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.kinds is None:
+        args.kinds = ",".join(schedule.NODES_KINDS if args.nodes else schedule.KINDS)
     args.kinds = [k for k in args.kinds.split(",") if k]
+    args.methods = [m for m in args.methods.split(",") if m]
+    bad = sorted(set(args.methods) - {"bgexec", "bulk-exec"})
+    if bad or not args.methods:
+        p.error(f"--methods: bgexec and/or bulk-exec, not {','.join(bad) or 'nothing'}")
     if args.seed is None:
         args.seed = secrets.randbelow(2**31)
     return args
@@ -148,11 +168,19 @@ def outer(args):
         f"chaos: seed={args.seed} duration={args.duration:g}s inflight={args.inflight} "
         f"kinds={','.join(args.kinds)} long-stall={args.long_stall:g}s workdir={workdir}"
     )
-    say(
-        f"chaos: reproduce with: make chaos SEED={args.seed} DURATION={args.duration:g}"
-        f" LONG_STALL={args.long_stall:g}"
-    )
-    schedule.fault_schedule(args.seed, 1, args.kinds, args.long_stall)  # bad kinds fail here
+    if args.nodes:
+        say(
+            f"chaos: reproduce with: t/site/nodes-chaos.sh --seed {args.seed} --duration"
+            f" {args.duration:g} --kinds {','.join(args.kinds)} --methods"
+            f" {','.join(args.methods)} (on {args.nodes} nodes: t/site/nodes.sh up {args.nodes})"
+        )
+    else:
+        say(
+            f"chaos: reproduce with: make chaos SEED={args.seed} DURATION={args.duration:g}"
+            f" LONG_STALL={args.long_stall:g}"
+        )
+    # bad kinds fail here
+    schedule.fault_schedule(args.seed, 1, args.kinds, args.long_stall, ranks=args.nodes or 2)
     result_file = workdir / "result.json"
     result_file.unlink(missing_ok=True)
     env = dict(os.environ)
@@ -173,6 +201,8 @@ def outer(args):
         f"--seed={args.seed}", f"--duration={args.duration}", f"--inflight={args.inflight}",
         f"--settle={args.settle}", f"--long-stall={args.long_stall}",
         f"--kinds={','.join(args.kinds)}", f"--checkout={args.checkout}",
+        f"--nodes={args.nodes}", f"--methods={','.join(args.methods)}",
+        f"--method-period={args.method_period}",
     ]  # fmt: skip
     budget = args.duration + args.long_stall + args.settle + STARTUP_BUDGET
     harness_errors = []

@@ -2,10 +2,20 @@
 
 Pure: reads the run's result (a JSON-able dict, see ``run.py``), returns problems and the
 closing report as text. A job record is a dict with ``id``, ``nodes``, ``sleep``, ``code`` (the
-exit code it was told to end with), ``events`` (its main eventlog, ``[name, context]`` pairs) and
-``submit_error`` (None, or why it could not be submitted).
+exit code it was told to end with), ``events`` (its main eventlog, ``[name, context]`` pairs),
+``exec_events`` (its exec eventlog, fetched only for a job that did not end as asked) and
+``submit_error`` (None, or why it could not be submitted). A run on the nodes of t/site/nodes.sh
+(its result has ``hostnames``) also judges which jobs a node fault ended (nodeverdict.py).
+
+A multi-user job shell starts through flux-core's ``flux imp-exec-helper``, which asks systemd
+for its own unit (GetUnitByInvocationID, through flux-core's sdbus module) before the IMP runs
+the shell; the helper does not retry, so a manager reexec or bus kill in that instant fails the
+job ("Message recipient disconnected from message bus"), whichever sdexec runs it, and the IMP's
+error drains the rank. Such a job is not lost by sdexec: it is counted apart and named, and only
+when it ended (no hang); the drain naming it is explained by it.
 """
 
+from . import nodeverdict
 from .schedule import ALL_KINDS
 
 RSS_GROWTH_KB = 64 * 1024  # a module process may grow this much over its first sample
@@ -49,14 +59,71 @@ def _status(status):
     return f"{status} (exit {status >> 8})"
 
 
+HELPER_PREFIX = "imp_exec_helper: "
+BUS_LOST = "disconnected from message bus"
+
+
+def helper_failure(job):
+    """The line of flux-core's imp-exec-helper that failed ``job`` at a bus loss, or None.
+
+    Only for a job that ended (``clean``): a hang is always sdexec's to answer for.
+    """
+    if "clean" not in [name for name, _ in job.get("events", [])]:
+        return None
+    for name, context in job.get("exec_events", []):
+        data = context.get("data", "") if name == "log" else ""
+        if data.startswith(HELPER_PREFIX) and BUS_LOST in data:
+            return data.strip()
+    return None
+
+
 def lost_jobs(jobs):
-    """``[(id, problems)]`` for every job that did not end as it should, in submit order."""
-    lost = []
-    for job in jobs:
+    """``[(id, problems)]`` for every job that did not end as it should, in submit order, but
+    those flux-core's imp-exec-helper failed (see judge)."""
+    return judge({"jobs": jobs})[0]
+
+
+def judge(result):
+    """``(lost, ended, helper_failed)``, in submit order: the jobs lost (``[(id, problems)]``),
+    on the nodes the jobs a node fault ended as it may (``[(id, problems, sentence)]``), and the
+    jobs flux-core's imp-exec-helper failed at a bus loss (``[(id, helper line)]``)."""
+    nodes = "hostnames" in result
+    hostnames = {int(rank): name for rank, name in result.get("hostnames", {}).items()}
+    lost, ended, helper_failed = [], [], []
+    for job in result.get("jobs", []):
         problems = job_problems(job)
-        if problems:
-            lost.append((job.get("id") or "(no id)", problems))
-    return lost
+        if not problems:
+            continue
+        jobid = job.get("id") or "(no id)"
+        line = helper_failure(job)
+        why = nodes and nodeverdict.explaining_fault(
+            job, result.get("fault_log", []), hostnames, result.get("lost_units", [])
+        )
+        if line:
+            helper_failed.append((jobid, line))
+        elif why:
+            ended.append((jobid, problems, why))
+        else:
+            lost.append((jobid, problems))
+    return lost, ended, helper_failed
+
+
+def drain_problems(result):
+    """Drains nothing explains: not naming a job the helper failed, and (on the nodes) with no
+    fault on their ranks just before (nodeverdict.unexplained_drains); elsewhere every drain."""
+    helper_failed = {jobid for jobid, _ in judge(result)[2]}
+    drains = [
+        d for d in result.get("drains", [])
+        if not any(f"job {jobid}" in d.get("reason", "") for jobid in helper_failed)
+    ]  # fmt: skip
+    if "hostnames" in result:
+        drains = nodeverdict.unexplained_drains(drains, result.get("fault_log", []))
+    return [f"rank(s) {d['ranks']} drained, nothing explains it: {d['reason']}" for d in drains]
+
+
+def node_problems(result):
+    """On the nodes: guest processes left."""
+    return [f"guest process left: {text}" for text in result.get("guest_procs_left", [])]
 
 
 def rss_problems(rss, growth_kb=RSS_GROWTH_KB):
@@ -75,7 +142,7 @@ def rss_problems(rss, growth_kb=RSS_GROWTH_KB):
 def violations(result):
     """Every violated invariant of a run, one sentence each (empty: the run passed)."""
     found = []
-    lost = lost_jobs(result.get("jobs", []))
+    lost = judge(result)[0]
     if lost:
         found.append(f"{len(lost)} of {len(result.get('jobs', []))} jobs lost")
     if not result.get("jobs"):
@@ -89,6 +156,7 @@ def violations(result):
     for rank, answer in sorted(result.get("answers", {}).items()):
         if answer is not True:
             found.append(f"sdexec on rank {rank} does not answer afterwards: {answer}")
+    found += node_problems(result) + drain_problems(result)
     found += rss_problems(result.get("rss", {}), result.get("rss_growth_kb", RSS_GROWTH_KB))
     found += [f"fault failed: {text}" for text in result.get("fault_failures", [])]
     found += result.get("harness_errors", [])
@@ -111,9 +179,17 @@ def report(result):
             )
         )
     jobs = result.get("jobs", [])
-    lost = lost_jobs(jobs)
+    lost, ended, helper_failed = judge(result)
     left = result.get("units_left", []) + result.get("units_left_after_shutdown", [])
     lines.append(f"jobs run {len(jobs)}, lost {len(lost)}; units left {len(left)}")
+    if helper_failed:
+        lines.append(
+            f"failed in flux-core's imp-exec-helper at a bus loss (not sdexec's): "
+            f"{len(helper_failed)}: " + " ".join(jobid for jobid, _ in helper_failed)
+        )
+    if "hostnames" in result:
+        lines += _node_lines(result, ended)
+    lines += _drain_lines(result.get("drains", []))
     for name, (first, peak) in sorted(result.get("rss", {}).items()):
         lines.append(f"rss {name}: first {first} kB, peak {peak} kB")
     found = violations(result)
@@ -124,5 +200,29 @@ def report(result):
         f"chaos: {'FAIL' if found else 'PASS'} seed={result.get('seed')} "
         f"duration={result.get('duration', 0):g}s jobs={len(jobs)} lost={len(lost)} "
         f"units-left={len(left)} faults={injected}"
+        + (f" ended-by-node-faults={len(ended)}" if "hostnames" in result else "")
+        + (f" helper-failed={len(helper_failed)}" if helper_failed else "")
     )
     return lines
+
+
+def _node_lines(result, ended):
+    """What the node faults did: the jobs they ended (and how), the drains and methods."""
+    lines = [f"jobs ended by node faults {len(ended)}"]
+    for jobid, problems, why in ended:
+        lines.append(f"  {jobid}: {why}: {'; '.join(problems)}")
+    methods = {}
+    for job in result.get("jobs", []):
+        methods[job.get("method")] = methods.get(job.get("method"), 0) + 1
+    ordered = sorted(methods.items(), key=lambda item: str(item[0]))
+    lines.append("jobs per method: " + ", ".join(f"{m} {n}" for m, n in ordered))
+    return lines
+
+
+def _drain_lines(drains):
+    """Each drain the run saw (and undid), when there were any."""
+    if not drains:
+        return []
+    return [f"drains {len(drains)} (each undrained)"] + [
+        f"  ranks {d['ranks']} at {d['timestamp']:.1f}: {d['reason']}" for d in drains
+    ]

@@ -95,6 +95,18 @@ sdexec_render_config() {
     fi
 }
 
+# sdexec_bgexec_jobs_under_flux SIZE: sdexec_under_flux SIZE jobs, job-exec running job
+# shells through sdexec by bgexec, with the job helpers of sharness-jobs.sh.
+sdexec_bgexec_jobs_under_flux() {
+    sdexec_extra_config exec.toml <<-EOF
+	[exec]
+	service = "sdexec"
+	method = "bgexec"
+	EOF
+    sdexec_under_flux "$1" jobs &&
+    . "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
+}
+
 # sdexec_under_flux SIZE [jobs] [-- flux-start options]
 # First run: re-execute this script under flux start with our config.
 # Second run: remember the instance name and schedule the cleanup.

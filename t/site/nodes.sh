@@ -2,7 +2,7 @@
 # flux-sdexec site harness, N nodes on this machine: the system instance `sys` owned by the
 # flux user with one broker per node, as flux-core's admin guide configures a cluster.
 #
-# Usage (root): t/site/nodes.sh up [N]|down|status|broker-up N|broker-ready N
+# Usage (root): t/site/nodes.sh up [N]|down|status|broker-up N|broker-ready N|manager-up N
 #   up      N nodes (default 3): each its own mount and UTS namespace (hostname nodeN, its
 #           own /run with /run/user/<flux uid> a tmpfs), its own non-root systemd manager of
 #           the flux user (cgroup subtree sdexec-nodeN.slice/user-<uid>.slice/user@<uid>.service,
@@ -14,6 +14,8 @@
 #           cgroup subtrees and $SITE_STATE removed: nothing is left.
 #   broker-up N, broker-ready N: start node N's broker again (after a test killed it), wait
 #           until it answers.
+#   manager-up N: start node N's systemd manager again (after a test killed it and removed
+#           its pidfile), wait until it answers.
 set -u
 SITE_SRCDIR=$(cd "$(dirname "$0")/../.." && pwd)
 SITE_STATE=${NODES_STATE:-/var/lib/sdexec-nodes}
@@ -206,5 +208,6 @@ down) nodes_down ;;
 status) nodes_status ;;
 broker-up) broker_up "$2" ;;
 broker-ready) broker_ready "$2" ;;
-*) site_die "usage: $0 up [N]|down|status|broker-up N|broker-ready N" ;;
+manager-up) node_do "$2" manager_up ;;
+*) site_die "usage: $0 up [N]|down|status|broker-up N|broker-ready N|manager-up N" ;;
 esac

@@ -179,3 +179,56 @@ def test_every_violation_fails_the_run():
     assert verdict.report(result)[-1].startswith("chaos: FAIL seed=5 ")
     assert verdict.report(result)[-1].endswith(" lost=1 units-left=2 faults=3")
     assert verdict.violations(clean_result(jobs=[])) == ["no job ran"]
+
+
+def _helper_failed(code, line, events=None):
+    """A job whose shell flux-core's imp-exec-helper failed with ``line`` (exit 1, ended)."""
+    events = events or [["finish", {"status": 1 << 8}], ["clean", {}]]
+    exec_events = [["log", {"component": "flux-imp", "stream": "stderr", "data": line}],
+                   ["log", {"component": "flux-imp", "stream": "stderr",
+                            "data": "flux-imp: Fatal: exec: invalid json input\n"}]]  # fmt: skip
+    return job(code, events, exec_events=exec_events)
+
+
+def test_a_job_failed_by_the_helper_at_a_bus_loss_is_counted_apart():
+    """Ended, and the helper's sdbus call lost to a bus loss: named apart, not lost."""
+    bus_lost = "imp_exec_helper: GetUnitByInvocationID: Message recipient disconnected from message bus without replying\n"  # noqa: E501
+    failed = _helper_failed(2, bus_lost)
+    assert verdict.helper_failure(failed) == bus_lost.strip()
+    result = clean_result(jobs=[job(0), dict(failed, id="fHelper")])
+    assert verdict.violations(result) == []
+    lines = verdict.report(result)
+    assert "failed in flux-core's imp-exec-helper at a bus loss (not sdexec's): 1: fHelper" in lines
+    assert lines[-1].endswith("lost=0 units-left=0 faults=3 helper-failed=1")
+
+
+def test_other_helper_failures_and_hangs_stay_lost():
+    """Another helper error, or a job not ended, is sdexec's to answer for: lost."""
+    other = _helper_failed(0, "imp_exec_helper: GetUnitByInvocationID: No unit with the given invocation ID\n")  # noqa: E501
+    hung = _helper_failed(
+        0,
+        "imp_exec_helper: GetUnitByInvocationID: subscribe error: Message recipient disconnected from message bus without replying\n",  # noqa: E501
+        events=[["start", {}]],
+    )
+    assert verdict.helper_failure(other) is None
+    assert verdict.helper_failure(hung) is None
+    result = clean_result(jobs=[dict(other, id="a"), dict(hung, id="b")])
+    assert [jobid for jobid, _ in verdict.lost_jobs(result["jobs"])] == ["a", "b"]
+    assert verdict.violations(result) == ["2 of 2 jobs lost"]
+
+
+def test_a_drain_naming_a_helper_failed_job_is_explained_others_are_not():
+    """sdexec drains a rank at the IMP's error: explained when the job is one the helper
+    failed; any other drain fails the run (off the nodes, no fault explains a drain)."""
+    bus_lost = "imp_exec_helper: GetUnitByInvocationID: Message recipient disconnected from message bus without replying\n"  # noqa: E501
+    failed = dict(_helper_failed(2, bus_lost), id="fHelper")
+    imp = "IMP error for job fHelper: flux-imp: Fatal: exec: invalid json input"
+    other = "IMP error for job fOther: flux-imp: Fatal: exec: invalid json input"
+    result = clean_result(
+        jobs=[job(0), failed],
+        drains=[{"ranks": [1], "timestamp": 5.0, "reason": imp}],
+    )
+    assert verdict.violations(result) == []
+    assert f"  ranks [1] at 5.0: {imp}" in verdict.report(result)
+    result["drains"].append({"ranks": [0], "timestamp": 9.0, "reason": other})
+    assert verdict.violations(result) == [f"rank(s) [0] drained, nothing explains it: {other}"]

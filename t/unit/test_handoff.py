@@ -4,6 +4,7 @@ Processes are driven by the PropertiesChanged sequences recorded in t/fixtures/.
 """
 
 import errno
+import signal
 import syslog
 
 import pytest
@@ -185,8 +186,35 @@ def test_guard_unit_is_outside_every_instance_glob():
 
 
 def test_guard_command_waits_for_the_broker_then_stops_the_units():
-    """argv: sh -c SCRIPT with the broker pid and the units (sorted) as arguments."""
+    """argv: sh -c SCRIPT with the broker pid, the grace and the units (sorted)."""
     argv = handoff.guard_command("1234", {"b:t1.service", "a:t1.service"})
     assert argv[:2] == ["/bin/sh", "-c"]
-    assert argv[3:] == ["sdexec-guard", "1234", "a:t1.service", "b:t1.service"]
-    assert 'kill -0 "$pid"' in argv[2] and 'systemctl --user stop "$@"' in argv[2]
+    assert argv[3:] == ["sdexec-guard", "1234", "2", "a:t1.service", "b:t1.service"]
+    assert 'kill -0 "$pid"' in argv[2] and 'systemctl --user stop --no-block "$@"' in argv[2]
+
+
+def test_the_stop_timers_handed_over_travel_in_the_guards_environment():
+    timers = {"imp-shell-0-fA:t1.service": (30, 10), "b:t1.service": (5, 9)}
+    env = handoff.stop_timers_env(timers)
+    assert env == "SDEXEC_STOP_TIMERS=b:t1.service=9:5 imp-shell-0-fA:t1.service=10:30"
+    assert handoff.parse_stop_timers(["PATH=/bin", env, "SDEXEC_STOP_TIMERS=x=y:1"]) == timers
+    assert handoff.parse_stop_timers(["XDG_RUNTIME_DIR=/run/user/0"]) == {}
+    assert handoff.stop_timers_env({}) == "SDEXEC_STOP_TIMERS="
+
+
+def test_an_adopted_unit_keeps_its_stop_timer_else_an_imps_is_sigusr1():
+    """Before: an adopted unit had no stop timer, and its stop signal was SIGKILL, which the
+    flux user's manager sends the IMP alone (the guest's job lives on)."""
+    imp = ["/usr/libexec/flux/flux-imp", "exec", "/usr/libexec/flux/flux-shell", "f1"]
+    handed = {"a:t1.service": (7, signal.SIGUSR2)}
+    assert handoff.adopted_stop_timer("a:t1.service", imp, handed) == (7, signal.SIGUSR2)
+    assert handoff.adopted_stop_timer("b:t1.service", imp, handed) == (30, signal.SIGUSR1)
+    assert handoff.adopted_stop_timer("c:t1.service", ["/bin/sleep"], {}) == (
+        None,
+        signal.SIGKILL,
+    )
+
+
+def test_the_guard_script_has_nothing_systemd_would_expand():
+    """systemd replaces ${NAME} in ExecStart (an unknown name by nothing) before sh runs it."""
+    assert "${" not in handoff.guard_command("1", {"a:t1.service"})[2]

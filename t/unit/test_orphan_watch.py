@@ -3,7 +3,7 @@ how often, and what it does with the answer. Stub handle and timers: no flux, no
 
 import errno
 
-from flux_sdexec import orphans
+from flux_sdexec import orphans, shelljobs
 from flux_sdexec.adapters import orphan_watch
 from flux_sdexec.adapters.orphan_watch import OrphanWatch
 from flux_sdexec.events import StopUnit, WaitRequested
@@ -62,7 +62,7 @@ def watched(n=1):
     svc = StubService()
     procs = []
     for i in range(n):
-        jobid = f"fA{orphans.F58_DIGITS[i]}"  # fA1, fA2, ...
+        jobid = f"fA{shelljobs.F58_DIGITS[i]}"  # fA1, fA2, ...
         p = shell(label=f"shell-1-{jobid}", unit=f"shell-1-{jobid}-1:t1.service")
         svc.registry.add(p)
         procs.append(p)

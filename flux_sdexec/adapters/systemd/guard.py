@@ -16,10 +16,13 @@ from flux_sdexec.errors import UnitError
 _PASSED_ENV = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")  # what systemctl --user needs
 
 
-def start(bridge, log, name, broker_pid, units):
-    """Start guard ``name`` for ``units``; a failure is logged (the units stay)."""
+def start(bridge, log, name, broker_pid, units, stop_timers=None):
+    """Start guard ``name`` for ``units``; a failure is logged (the units stay).
+    ``stop_timers``: unit name to (seconds, signal), the stop timers of the units handed
+    over (handoff.py: the guard's stop signals them, the next sdexec adopts them with it)."""
     argv = handoff.guard_command(broker_pid, units)
     env = [f"{k}={os.environ[k]}" for k in _PASSED_ENV if k in os.environ]
+    env.append(handoff.stop_timers_env(stop_timers or {}))
     props = [
         ("ExecStart", "a(sasb)", [(argv[0], argv, False)]),
         ("Environment", "as", env),
@@ -31,6 +34,18 @@ def start(bridge, log, name, broker_pid, units):
         bridge.start_transient_unit(name, props)
     except UnitError as exc:
         log.error(f"{name}: cannot start ({exc}): stop the units left running by hand")
+
+
+def handed_timers(bridge, log, name):
+    """The stop timers a predecessor's guard ``name`` carries (none without a guard)."""
+    if not bridge.list_units([name]):
+        return {}
+    try:
+        environment = bridge.get_unit_properties(name).get("Environment") or []
+    except OSError as exc:
+        log.error(f"{name}: cannot read the stop timers handed over ({exc})")
+        return {}
+    return handoff.parse_stop_timers(environment)
 
 
 def stop(bridge, log, name):

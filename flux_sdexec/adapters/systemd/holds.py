@@ -10,6 +10,15 @@ go over the bus, on a connection of their own. The unload closes it only once th
 unit, whose After= refers to the handed-over units, is loaded; the next sdexec takes its
 references before it stops the guard. A watcher drains the connection; when it is lost
 (a bus restart), every hold is taken again at once on a new one.
+
+The release (Unref) is sent without waiting, and the reactor goes on. Its unit is
+*releasing* until systemd answers: systemd collects an unreferenced unit before it reads
+its next message (its loop runs the GC queue between messages), so once the answer is in,
+a start of the same name (a label reused, on the other connection) cannot find the old
+unit loaded. ``on_released(unit)`` says so; a start of a releasing unit's name waits for it
+(after_release.py). An answer not in after UNREF_TIMEOUT counts as a lost connection: it is
+closed (unflushed: a stalled bus is never waited for), which drops every reference, and
+opened again with the remaining holds.
 """
 
 import errno
@@ -23,16 +32,20 @@ UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
 UNIT = b"org.freedesktop.systemd1.Unit"
 LOST = sdbus.DISCONNECTED | {errno.ETIMEDOUT}  # else an answer of systemd's
 WAIT_USEC = 1_000_000  # a call awaited: systemd answers at once; a stalled bus costs this once
+UNREF_TIMEOUT = 1.0  # seconds for systemd's answer to an Unref before the connection is lost
 
 
 class Holds:
     """The references of one sdexec. A lost connection loses them: the watcher (else the
     next call) opens another and takes them all again."""
 
-    def __init__(self, log, watchers=None, user_mode=True):
+    def __init__(self, log, watchers=None, user_mode=True, on_released=None):
         self._log = log
-        self._watchers = watchers  # adapters.watchers.Watchers; None: drained at calls only
+        self._watchers = watchers  # adapters.watchers.Watchers; None: Unref awaited, no reactor
         self._watcher = None
+        self._on_released = on_released or (lambda unit: None)
+        self._releasing = {}  # unit -> its UNREF_TIMEOUT timer (None without watchers)
+        self._released = []  # releases answered, their on_released not yet called
         self._user_mode = user_mode
         self._bus = None
         self._errors = {}  # cookie -> (member, unit), for the calls sent without waiting
@@ -45,14 +58,32 @@ class Holds:
             self.held.add(unit)  # first: a refusal read while sending takes it out
             if not self._send(b"Ref", unit, wait):
                 self.held.discard(unit)
+            self._notify()  # a release answered (or a connection lost) meanwhile
 
     def release(self, unit):
-        """Unref ``unit`` (its record is gone), awaited: systemd then collects it before it
-        reads sdexec's next call, which may start a unit of the same name (a label reused)."""
+        """Unref ``unit`` (its record is gone), without waiting (see the module docstring);
+        ``on_released(unit)`` follows, at once when it was not held."""
+        if unit in self._releasing:
+            return
+        self._releasing[unit] = None
+        sent = False
         if unit in self.held and not self._handing_over:
             self.held.discard(unit)
             if self._bus is not None:  # else no reference is left to drop
-                self._send(b"Unref", unit, True)
+                wait = self._watchers is None
+                sent = self._send(b"Unref", unit, wait) and not wait
+        if sent and unit in self._releasing:  # not answered yet (nor the connection lost)
+            timer = self._watchers.timer(UNREF_TIMEOUT, lambda: self._late(unit), "holds")
+            self._releasing[unit] = timer
+            timer.start()
+            return
+        if unit in self._releasing:
+            self._done(unit)
+        self._notify()
+
+    def releasing(self, unit):
+        """An Unref of ``unit`` is not answered yet: a start of its name must wait."""
+        return unit in self._releasing
 
     def hand_over(self):
         """The unload begins: every reference stays until close(), the guard loaded."""
@@ -64,12 +95,35 @@ class Holds:
         self.held.clear()
 
     def _drop(self):
+        """Close the connection, unflushed (never waiting for a stalled bus): every reference
+        it held goes, releases in flight too."""
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher = None
         if self._bus is not None:
-            self._bus.close()
+            self._bus.close(flush=False)  # nothing queued matters: closing drops it all
             self._bus = None
+        for unit in list(self._releasing):
+            self._done(unit)
+
+    def _done(self, unit):
+        """systemd has dropped sdexec's reference to ``unit``: on_released is due."""
+        timer = self._releasing.pop(unit, None)
+        if timer is not None:
+            timer.stop()
+            timer.destroy()
+        self._released.append(unit)
+
+    def _notify(self):
+        """Call on_released for the releases done, outside any read of the connection."""
+        while self._released:
+            self._on_released(self._released.pop(0))
+
+    def _late(self, unit):
+        self._log.warning(f"{unit}: Unref not answered in {UNREF_TIMEOUT:g}s: reconnecting")
+        self._drop()
+        self._open("every unit held")
+        self._notify()
 
     def _readable(self):
         try:
@@ -78,6 +132,7 @@ class Holds:
             self._log.warning(f"units held: connection lost ({exc}): taking every hold again")
             self._drop()
             self._open("every unit held")
+        self._notify()
 
     def _send(self, member, unit, wait, again=True):
         """Send ``member`` for ``unit``; False if it was not sent or systemd refused it."""
@@ -133,6 +188,8 @@ class Holds:
                 if member == b"Ref" and kind == sdbus.METHOD_ERROR:
                     self.held.discard(unit)
                     self._log.debug(f"{unit}: Ref refused: {sdbus.reply_error(m)[1]}")
+                elif member == b"Unref" and unit in self._releasing:
+                    self._done(unit)  # answered: systemd has collected it if unreferenced
                 sdbus.lib.sd_bus_message_unref(m)
             if r <= 0:
                 return

@@ -27,6 +27,7 @@ sd_bus *sd_bus_unref(sd_bus *bus);
 int sd_bus_open_user(sd_bus **ret);
 int sd_bus_open_system(sd_bus **ret);
 sd_bus *sd_bus_flush_close_unref(sd_bus *bus);
+void sd_bus_close(sd_bus *bus);
 int sd_bus_get_fd(sd_bus *bus);
 int sd_bus_get_events(sd_bus *bus);
 int sd_bus_process(sd_bus *bus, sd_bus_message **r);
@@ -112,10 +113,15 @@ class Bus:
         self._typep = ffi.new("uint8_t *")
         self._slots = set()  # sd_bus_slot * of our matches
 
-    def close(self):
-        """Close the connection, then drop our matches (each held a reference to it)."""
+    def close(self, flush=True):
+        """Close the connection, then drop our matches (each held a reference to it).
+        ``flush=False``: what is still queued is dropped, never waited for (a stalled peer)."""
         if self.bus is not None:
-            lib.sd_bus_flush_close_unref(self.bus)
+            if flush:
+                lib.sd_bus_flush_close_unref(self.bus)
+            else:
+                lib.sd_bus_close(self.bus)
+                lib.sd_bus_unref(self.bus)
             self.bus = None
             for slot in self._slots:
                 lib.sd_bus_slot_unref(slot)

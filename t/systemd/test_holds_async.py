@@ -1,0 +1,136 @@
+"""holds.py's release on a real flux reactor (a loop:// handle): the Unref never blocks it,
+and the name is free for a start once ``on_released`` says so (the ordering guarantee).
+
+A bus that answers late is a listening socket nobody accepts on (as in
+test_bridge_reconnect.py): the real session bus is never stopped here.
+"""
+
+import errno
+import logging
+import socket
+import time
+
+import pytest
+
+from conftest import systemctl
+from test_holds import ended_inactive
+
+flux = pytest.importorskip("flux", reason="flux's Python bindings are not installed")
+
+from flux_sdexec.adapters.systemd.holds import UNREF_TIMEOUT, Holds  # noqa: E402
+from flux_sdexec.adapters.watchers import Watchers  # noqa: E402
+from flux_sdexec.errors import UnitError  # noqa: E402
+
+LOG = logging.getLogger("test")
+BOUND = 5.0  # seconds any reactor run below may take
+
+
+@pytest.fixture
+def late_bus(tmp_path, monkeypatch):
+    """DBUS_SESSION_BUS_ADDRESS of a bus that takes the connection and never answers."""
+    path = tmp_path / "bus"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+        sock.listen(16)
+        monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", f"unix:path={path}")
+        yield
+
+
+def run(h):
+    """Run the reactor until a callback stops it, at most BOUND seconds."""
+    bound = h.timer_watcher_create(BOUND, lambda *a: h.reactor_stop())
+    bound.start()
+    h.reactor_run()
+    bound.stop()
+
+
+def test_a_release_against_a_late_bus_leaves_the_reactor_running(late_bus):
+    """Before: release() awaited the Unref, blocking the reactor up to 1 s per release."""
+    h = flux.Flux("loop://")
+    released = []
+
+    def on_released(unit):
+        released.append((unit, time.monotonic()))
+        h.reactor_stop()
+
+    holds = Holds(LOG, Watchers(h, LOG), on_released=on_released)
+    try:
+        holds.hold("late.service")
+        assert holds.held == {"late.service"}
+        began = time.monotonic()
+        holds.release("late.service")
+        returned = time.monotonic() - began
+        assert returned < 0.1, f"release() took {returned:.3f}s"
+        assert holds.releasing("late.service") and not released
+        pings = []  # a 10 ms timer: the reactor's other work
+        ping = h.timer_watcher_create(0.0, lambda *a: pings.append(time.monotonic()), 0.01)
+        ping.start()
+        run(h)
+        ping.stop()
+        assert [unit for unit, _ in released] == ["late.service"]
+        waited = released[0][1] - began
+        assert UNREF_TIMEOUT * 0.9 <= waited < UNREF_TIMEOUT + 1.0
+        gap = max(b - a for a, b in zip(pings, pings[1:]))
+        assert len(pings) > 40 and gap < 0.2, f"{len(pings)} pings, largest gap {gap:.3f}s"
+        assert not holds.releasing("late.service")
+    finally:
+        holds.close()
+
+
+def test_the_name_is_free_for_a_start_once_released(sd, tmp_path):
+    """The start sdexec makes of a label reused waits for on_released (after_release.py);
+    then systemd has collected the old unit, and a start of its name is taken."""
+    h = flux.Flux("loop://")
+    started = []
+
+    def start_again(unit):
+        try:
+            sd.start(["/bin/true"], unit=unit)
+            started.append("started")
+        except UnitError as exc:
+            started.append(exc.errno)
+        h.reactor_stop()
+
+    holds = Holds(LOG, Watchers(h, LOG), on_released=start_again)
+    try:
+        unit = ended_inactive(sd, holds, tmp_path / "gate")
+        with pytest.raises(UnitError) as held:  # what the wait avoids: the old unit is loaded
+            sd.start(["/bin/true"], unit=unit)
+        assert held.value.errno == errno.EEXIST
+        holds.release(unit)
+        assert holds.releasing(unit)
+        run(h)
+        assert started == ["started"]
+        sd.wait_state(unit, "inactive", "dead")
+    finally:
+        holds.close()
+        systemctl("reset-failed", unit)
+
+
+def test_an_exec_of_a_name_being_released_waits_for_on_released():
+    """requests.py: a start whose unit name's Unref is not answered yet waits in
+    after_release and is served once on_released says the name is free."""
+    from types import SimpleNamespace
+
+    from flux_sdexec.adapters.after_release import StartsAfterRelease
+    from flux_sdexec.adapters.requests import Requests
+    from flux_sdexec.protocol import ExecRequest
+    from flux_sdexec.registry import Registry
+
+    served, unit = [], "L:t1.service"
+    after = StartsAfterRelease(
+        lambda msg, verb, func: served.append(msg), lambda *a: None, lambda msg: "client"
+    )
+    releasing = {unit}
+    svc = SimpleNamespace(
+        registry=Registry(),
+        after_release=after,
+        holds=SimpleNamespace(releasing=lambda name: name in releasing),
+        namer=SimpleNamespace(name=lambda label, verbatim: f"{label}:t1.service"),
+    )
+    req = ExecRequest(cmdline=["/bin/true"], env={}, label="L", background=True)
+    assert Requests(svc)._start("msg", req) == unit
+    assert after.has(unit=unit) and served == []  # nothing started: no bridge was needed
+    releasing.clear()
+    after.gone(unit)  # what the service's on_released does
+    assert served == ["msg"] and not after.has(unit=unit)
