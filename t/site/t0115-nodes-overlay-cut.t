@@ -9,9 +9,10 @@ Stopped 35 s (past both timeouts), then continued (bgexec and bulk-exec): rank 0
 node unresponsive after 10 s and puts it in the broker.torpid group (what flux resource
 status shows as torpid), but the node is not lost: the stopped broker'"'"'s kernel still
 acknowledges the little rank 0 sends it, so the TCP user timeout never runs out. The job
-runs on; its tasks, released meanwhile, end on every node, the job waits for the stopped
-node'"'"'s shell, and once the broker continues it completes with its own exit code, with no
-exception; the node is responsive again and no unit is left.
+runs on; its tasks, released meanwhile, end on every node and the job waits for the stopped
+node'"'"'s shell: continued within the job shell'"'"'s exit-timeout (30 s from the first task'"'"'s
+end, bgexec), it completes with its own exit code, with no exception; held past it
+(bulk-exec), it is raised by the exit-timeout. The node is responsive again, no unit left.
 
 Stopped while rank 0 sends it more than the sockets hold (bgexec), or stopped and then
 disconnected by the admin (flux overlay disconnect, bulk-exec): the node is lost (the first
@@ -86,7 +87,7 @@ for i in range(150):
     h.event_send("t0115.fill", {"blob": "x" * 200000})'
 }
 
-# The tasks released while the node is stopped: continued within the shells' exit-timeout
+# The tasks released while the node is stopped: continued within the job shell's exit-timeout
 # (30 s from the first task's exit), the job completes; held past it, the job is raised.
 for fate in "bgexec continued" "bulk-exec held"; do
 	set -- $fate
