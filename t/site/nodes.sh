@@ -87,7 +87,8 @@ node_in_place() {
 # broker_up N: node N's broker as flux.service starts it (config path, rundir, local URI,
 # rc2_none, sd-notify), as the flux user in node N.
 broker_up() {
-    site_pid "broker-$1" >/dev/null && return 0
+    # its previous life may linger as a zombie (pid 1 here reaps late): that one is gone
+    _bp=$(site_pid "broker-$1") && ! site_pid_gone "$_bp" && return 0
     node_enter "$1" true || return 1
     (
         SITE_NODE=$1

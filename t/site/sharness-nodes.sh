@@ -42,6 +42,13 @@ job_exception() {
     owner flux job wait-event -t $T "$1" clean >/dev/null &&
         owner flux job eventlog "$1" | awk '$2 == "exception" {$1 = $2 = ""; print; exit}'
 }
+# no_job_procs N: no process but the flux user's in node N's cgroup subtree.
+no_job_procs() {
+    for _p in $(find /sys/fs/cgroup/unified/$(node_slice $1) -name cgroup.procs \
+        -exec cat {} + 2>/dev/null); do
+        test "$(ps -o uid= -p $_p | tr -d " ")" = "$(id -u $SITE_USER)" || return 1
+    done
+}
 node_alive() {
     kill -0 "$1" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null
 }

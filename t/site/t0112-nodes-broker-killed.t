@@ -10,13 +10,6 @@ nodes'"'"' shells are stopped. The broker started again rejoins, and 3-node jobs
 
 . "$(dirname "$0")/sharness-nodes.sh"
 
-# no_job_procs N: no process but the flux user's in node N's cgroup subtree.
-no_job_procs() {
-	for p in $(find /sys/fs/cgroup/unified/$(node_slice $1) -name cgroup.procs \
-		-exec cat {} + 2>/dev/null); do
-		test "$(ps -o uid= -p $p | tr -d " ")" = "$(id -u $SITE_USER)" || return 1
-	done
-}
 broker_gone() {
 	! node_alive $1
 }

@@ -16,12 +16,6 @@ N=1  # the node whose manager is restarted
 manager_gone() {
 	! node_alive $1
 }
-no_job_procs() {
-	for p in $(find /sys/fs/cgroup/unified/$(node_slice $1) -name cgroup.procs \
-		-exec cat {} + 2>/dev/null); do
-		test "$(ps -o uid= -p $p | tr -d " ")" = "$(id -u $SITE_USER)" || return 1
-	done
-}
 # stop_session_bus N: the session bus of node N's dead manager, by its pid (systemd would
 # stop all of user@.service; the jobs' processes are left here for sdexec to end).
 stop_session_bus() {
