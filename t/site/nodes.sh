@@ -46,7 +46,7 @@ nodes_config() {
             echo "  { host = \"node$_n\", bind = \"$_u\", connect = \"$_u\" },"
         done
         echo "]"
-        echo "[tbon]  # shorter than the defaults (1m, 2m), so that the node tests are short"
+        echo "[tbon]  # torpid in 10 s, lost 20 s after a send goes unanswered: short node tests"
         echo "torpid_max = \"10s\""
         echo "tcp_user_timeout = \"20s\""
     } >"$SITE_CONF/bootstrap.toml" || return 1
