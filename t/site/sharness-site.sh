@@ -87,6 +87,20 @@ drained() {
     owner flux resource drain -n -o "{ranks}"
 }
 
+# check_mix: every job of mix.codes ("GUEST ID CODE" lines) is inactive with its own exit
+# code and no exception.
+check_mix() {
+	while read g id code; do
+		as_guest $g flux job wait-event -q -t $T $id clean &&
+		test_expect_code $code as_guest $g flux job status $id &&
+		as_guest $g flux job eventlog $id >$id.eventlog &&
+		! grep exception $id.eventlog || { cat $id.eventlog; return 1; }
+	done <mix.codes
+}
+# running N: at least N jobs of any user are running.
+running() {
+	test "$(owner flux jobs -A -f running -n -o "{id}" | wc -l)" -ge "$1"
+}
 # site_set_config NAME [TOML]: replace $SITE_CONF/zz-test-NAME.toml (no TOML: remove it),
 # `flux config reload` as the flux user, and wait until every rank has the new config.
 site_set_config() {

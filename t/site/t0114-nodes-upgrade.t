@@ -39,18 +39,6 @@ submit_mix() {
 		echo "$g $id $code" >>mix.codes || return 1
 	done
 }
-# check_mix: every job of mix.codes is inactive with its own exit code and no exception.
-check_mix() {
-	while read g id code; do
-		as_guest $g flux job wait-event -q -t $T $id clean &&
-		test_expect_code $code as_guest $g flux job status $id &&
-		as_guest $g flux job eventlog $id >$id.eventlog &&
-		! grep exception $id.eventlog || { cat $id.eventlog; return 1; }
-	done <mix.codes
-}
-running() {
-	test "$(owner flux jobs -A -f running -n -o "{id}" | wc -l)" -ge "$1"
-}
 # a 3-node job among the running ones, for the units check below
 running_3node() {
 	owner flux jobs -f running -A -n -o "{nnodes} {id}" | awk '$1 == 3 {print $2; exit}'
