@@ -198,7 +198,7 @@ def _fetch_exec_eventlogs(jobs):
     """A job that did not end as asked gets its exec eventlog, for the verdict to read."""
     for job in jobs:
         if job.get("jobid") and verdict.job_problems(job):
-            job["exec_events"] = _eventlog(job, "exec")
+            job["exec_events"] = _eventlog(job, "exec")[0]
 
 
 def _print_unfinished(feeder):
