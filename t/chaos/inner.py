@@ -8,6 +8,7 @@ sdexec answering on every rank; the result goes to ``<workdir>/result.json``.
 """
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -195,10 +196,27 @@ def _refetch_unfinished(feeder):
 
 
 def _fetch_exec_eventlogs(jobs):
-    """A job that did not end as asked gets its exec eventlog, for the verdict to read."""
-    for job in jobs:
-        if job.get("jobid") and verdict.job_problems(job):
-            job["exec_events"] = _eventlog(job, "exec")[0]
+    """A job that did not end as asked gets its exec eventlog, and the lines of the instance's
+    log (``$CHAOS_BROKER_LOG``, rank 0's: every rank's errors) naming it: sdexec logs a
+    background shell's stderr there, which bgexec's exec eventlog does not get."""
+    bad = [job for job in jobs if job.get("jobid") and verdict.job_problems(job)]
+    lines = _broker_log_lines() if bad else []
+    for job in bad:
+        job["exec_events"] = _eventlog(job, "exec")[0]
+        needle = f"-{job['id']}"
+        job["log_lines"] = [line.strip() for line in lines if needle in line][:LOG_LINES]
+
+
+def _broker_log_lines():
+    path = os.environ.get("CHAOS_BROKER_LOG")
+    if not path:
+        return []
+    try:
+        with open(path, errors="replace") as f:
+            return f.readlines()
+    except OSError as exc:
+        say(f"chaos: cannot read the instance's log {path}: {exc}")
+        return []
 
 
 def _print_unfinished(feeder):

@@ -3,7 +3,8 @@
 Pure: reads the run's result (a JSON-able dict, see ``run.py``), returns problems and the
 closing report as text. A job record is a dict with ``id``, ``nodes``, ``sleep``, ``code`` (the
 exit code it was told to end with), ``events`` (its main eventlog, ``[name, context]`` pairs),
-``exec_events`` (its exec eventlog, fetched only for a job that did not end as asked) and
+``exec_events`` (its exec eventlog) and ``log_lines`` (the instance's log lines naming it), both
+fetched only for a job that did not end as asked, and
 ``submit_error`` (None, or why it could not be submitted). A run on the nodes of t/site/nodes.sh
 (its result has ``hostnames``) also judges which jobs a node fault ended (nodeverdict.py).
 
@@ -71,8 +72,10 @@ def helper_failure(job):
     """
     if "clean" not in [name for name, _ in job.get("events", [])]:
         return None
-    for name, context in job.get("exec_events", []):
-        data = context.get("data", "") if name == "log" else ""
+    lines = [c.get("data", "") for name, c in job.get("exec_events", []) if name == "log"]
+    # sdexec's "<date> sdexec.err[RANK]: <label>[PID]: <stderr line>"
+    lines += [line.split("]: ", 2)[-1] for line in job.get("log_lines", [])]
+    for data in lines:
         if data.startswith(HELPER_PREFIX) and any(text in data for text in BUS_LOST):
             return data.strip()
     return None

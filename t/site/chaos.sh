@@ -6,7 +6,8 @@
 # The run is root's (an owner of the instance: allow-root-owner), with FLUX_URI of rank 0; its
 # jobs are submitted by the guests in turn (CHAOS_GUESTS: multi-user jobs through the IMP),
 # bgexec; its systemctl and busctl calls reach the flux user's manager and session bus as the
-# flux user (wrappers first on PATH). The site's own config is back afterwards.
+# flux user (wrappers first on PATH). The site's own config is back afterwards. The instance's
+# log (CHAOS_BROKER_LOG) holds what a background job shell printed on stderr (sdexec logs it).
 set -u
 . /run/sdexec-site/env || exit 1
 wrap=$(mktemp -d /tmp/sdexec-site-chaos.XXXXXX)
@@ -26,4 +27,5 @@ printf '[exec]\nmethod = "bgexec"\n' >"$SITE_CONF/zz-chaos.toml"
 as_user "$SITE_USER" flux config reload || exit 1
 
 cd "$SITE_SRCDIR" || exit 1
-PATH=$wrap:$PATH CHAOS_GUESTS=$SITE_GUESTS PYTHONPATH=t python3 -m chaos --uri "$(site_uri)" "$@"
+PATH=$wrap:$PATH CHAOS_GUESTS=$SITE_GUESTS CHAOS_BROKER_LOG="$(site_home "$SITE_USER")/broker.log" \
+    PYTHONPATH=t python3 -m chaos --uri "$(site_uri)" "$@"

@@ -45,5 +45,5 @@ chmod 0755 "$wrap/set-method"
 node_enter 0 env -C "$SITE_SRCDIR" PATH="$wrap/node0:$PATH" PYTHONPATH="$SITE_SRCDIR/t" \
     CHAOS_GUESTS="$SITE_GUESTS" CHAOS_NODES_STATE="$SITE_STATE" CHAOS_SITE_USER="$SITE_USER" \
     CHAOS_NODES_SH="$SITE_SRCDIR/t/site/nodes.sh" CHAOS_NODES_WRAP="$wrap" \
-    CHAOS_SET_METHOD="$wrap/set-method" \
+    CHAOS_SET_METHOD="$wrap/set-method" CHAOS_BROKER_LOG="$SITE_STATE/node0/flux/broker.log" \
     python3 -m chaos --uri "$NODES_LOCAL_URI" --nodes "$SITE_SIZE" "$@"

@@ -204,7 +204,9 @@ def test_a_job_failed_by_the_helper_at_a_bus_loss_is_counted_apart():
 
 def test_other_helper_failures_and_hangs_stay_lost():
     """Another helper error, or a job not ended, is sdexec's to answer for: lost."""
-    other = _helper_failed(0, "imp_exec_helper: GetUnitByInvocationID: No unit with the given invocation ID\n")  # noqa: E501
+    other = _helper_failed(
+        0, "imp_exec_helper: GetUnitByInvocationID: No unit with the given invocation ID\n"
+    )  # noqa: E501
     hung = _helper_failed(
         0,
         "imp_exec_helper: GetUnitByInvocationID: subscribe error: Message recipient disconnected from message bus without replying\n",  # noqa: E501
@@ -232,3 +234,18 @@ def test_a_drain_naming_a_helper_failed_job_is_explained_others_are_not():
     assert f"  ranks [1] at 5.0: {imp}" in verdict.report(result)
     result["drains"].append({"ranks": [0], "timestamp": 9.0, "reason": other})
     assert verdict.violations(result) == [f"rank(s) [0] drained, nothing explains it: {other}"]
+
+
+def test_with_bgexec_the_helper_line_is_found_in_the_instance_log():
+    """bgexec's exec eventlog has no shell stderr: sdexec's log line for the job's unit is
+    the evidence (the exception carries only the IMP's line)."""
+    note = ("job shell exec error on broker vm (rank 0): flux-imp: Fatal: exec: invalid json "
+            "input: '[' or '{' expected near end of file")  # fmt: skip
+    events = [["exception", {"type": "exec", "severity": 0, "note": note}],
+              ["finish", {"status": 256}], ["clean", {}]]  # fmt: skip
+    line = ("Dec 01 18:48:47.831001 UTC 2026 sdexec.err[0]: imp-shell-0-fjzch1if[19497]: "
+            "imp_exec_helper: GetUnitByInvocationID: Message recipient disconnected from "
+            "message bus without replying")  # fmt: skip
+    failed = job(0, events, id="fjzch1if", log_lines=[line])
+    assert verdict.helper_failure(failed).startswith("imp_exec_helper: GetUnitByInvocationID")
+    assert verdict.helper_failure(job(0, events, id="fjzch1if")) is None  # no evidence: lost
