@@ -110,10 +110,11 @@ def judge(result):
     return lost, ended, helper_failed
 
 
-def drain_problems(result):
-    """Drains nothing explains: not naming a job the helper failed, and (on the nodes) with no
-    fault on their ranks just before (nodeverdict.unexplained_drains); elsewhere every drain."""
-    helper_failed = {jobid for jobid, _ in judge(result)[2]}
+def drain_problems(result, helper_failed):
+    """Drains nothing explains: not naming a job of ``helper_failed`` (judge's third list), and
+    (on the nodes) with no fault on their ranks just before (nodeverdict.unexplained_drains);
+    elsewhere every drain."""
+    helper_failed = {jobid for jobid, _ in helper_failed}
     drains = [
         d for d in result.get("drains", [])
         if not any(f"job {jobid}" in d.get("reason", "") for jobid in helper_failed)
@@ -144,7 +145,7 @@ def rss_problems(rss, growth_kb=RSS_GROWTH_KB):
 def violations(result):
     """Every violated invariant of a run, one sentence each (empty: the run passed)."""
     found = []
-    lost = judge(result)[0]
+    lost, _, helper_failed = judge(result)
     if lost:
         found.append(f"{len(lost)} of {len(result.get('jobs', []))} jobs lost")
     if not result.get("jobs"):
@@ -158,7 +159,7 @@ def violations(result):
     for rank, answer in sorted(result.get("answers", {}).items()):
         if answer is not True:
             found.append(f"sdexec on rank {rank} does not answer afterwards: {answer}")
-    found += node_problems(result) + drain_problems(result)
+    found += node_problems(result) + drain_problems(result, helper_failed)
     found += rss_problems(result.get("rss", {}), result.get("rss_growth_kb", RSS_GROWTH_KB))
     found += [f"fault failed: {text}" for text in result.get("fault_failures", [])]
     found += result.get("harness_errors", [])
