@@ -30,6 +30,11 @@ site_cannot_run() {
         { echo "no cgroup2 hierarchy"; return; }
     [ -f /sys/fs/cgroup/cgroup.controllers ] && { echo "unified-only cgroup layout: not supported by this harness yet"; return; }
     [ -d /sys/fs/cgroup/systemd ] || { echo "no name=systemd hierarchy"; return; }
+    setpriv --reuid=65534 --regid=65534 --clear-groups \
+        test -r "$SITE_SRCDIR/flux_sdexec/modules/sdexec.py" 2>/dev/null || {
+        echo "this checkout ($SITE_SRCDIR) cannot be read by other users, and the flux user loads its modules: clone it where others can read it (a directory above it is private, as mktemp -d makes)"
+        return
+    }
 }
 
 site_up() {
