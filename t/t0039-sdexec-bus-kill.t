@@ -1,0 +1,106 @@
+#!/bin/sh
+
+test_description='a unit that ends while the session bus is down keeps its exit code
+
+Under flux start --test-size=2 both brokers share one systemd user manager. The
+IMP of a multi-user job sends STOPPING=1 when its job shell exits, so its unit
+ends inactive, and systemd unloads an inactive unit, exit status included, as
+soon as nothing refers to it. sdexec refers to its units over the session bus
+(Unit.Ref); a killed bus drops those references. Here a stand-in of the IMP
+(Type=notify, READY=1, STOPPING=1, exit 0) ends while the bus is down and
+sdexec, stopped by its pid, has not yet read that it ended: systemd forgets the
+unit. Once sdexec runs again the foreground exec and the waitable one must
+still end with exit code 0, not an error (before issue 24 they ended with
+"unknown to systemd after the reconnect"). The bus daemon is found by pid
+(asked of the bus), killed, and activated again through dbus.socket; SIGCONT
+always follows the SIGSTOP.
+
+Disturbs the user manager for everyone: run under flock /tmp/sdexec-systemd.lock.'
+
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
+
+sdexec_under_flux 2
+
+# stopping.py GATE CODE: READY=1, waits for file GATE, STOPPING=1, exits CODE.
+cat >stopping.py <<-'EOT'
+import os, socket, sys, time
+gate, code = sys.argv[1], int(sys.argv[2])
+def notify(state):
+    address = os.environ["NOTIFY_SOCKET"]
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.connect(address)
+        s.sendall(state.encode())
+notify("READY=1")
+for _ in range(3000):
+    if os.path.exists(gate):
+        break
+    time.sleep(0.1)
+notify("STOPPING=1")
+sys.exit(code)
+EOT
+# stand_in LABEL [OPTION...]: run the stand-in gated by file LABEL on rank 1, labelled LABEL
+stand_in() {
+	_label=$1 && shift &&
+	$sdexec -r 1 --label=$_label "$@" --setopt=SDEXEC_PROP_Type=notify \
+		/usr/bin/python3 "$(pwd)/stopping.py" "$(pwd)/$_label" 0
+}
+unit_of() {
+	echo "$1-1:$SDEXEC_INSTANCE.service"
+}
+sdexec_pid() {
+	flux exec -r 1 sh -c 'pgrep -P $(flux getattr broker.pid) -f "sdexec\.py\$"'
+}
+bus_pid() {
+	busctl --user call org.freedesktop.DBus /org/freedesktop/DBus \
+		org.freedesktop.DBus GetConnectionUnixProcessID s org.freedesktop.DBus |
+		awk '$1 == "u" {print $2}'
+}
+bus_answers() {
+	busctl --user status >/dev/null 2>&1
+}
+pid_gone() {
+	! kill -0 "$1" 2>/dev/null
+}
+# unloaded UNIT: systemd no longer has UNIT loaded (systemctl asks over the private socket)
+unloaded() {
+	test "$(systemctl --user show -p LoadState --value "$1")" = not-found
+}
+# ends_while_bus_down LABEL: with rank 1's sdexec stopped and the bus killed, let the
+# stand-in LABEL end and wait until systemd has unloaded its unit; then resume sdexec.
+ends_while_bus_down() {
+	sdexec_wait_until sdexec_unit_is $(unit_of $1) active &&
+	MODULE_PID=$(sdexec_pid) && test -n "$MODULE_PID" &&
+	BUS_PID=$(bus_pid) && test -n "$BUS_PID" &&
+	kill -STOP $MODULE_PID &&
+	test_when_finished "kill -CONT $MODULE_PID 2>/dev/null || :" &&
+	kill -KILL $BUS_PID &&
+	sdexec_wait_until pid_gone $BUS_PID &&
+	systemctl --user reset-failed dbus.service &&
+	touch $1 &&
+	sdexec_wait_until unloaded $(unit_of $1) &&
+	kill -CONT $MODULE_PID
+}
+
+test_expect_success 'a foreground exec whose unit ended and went while the bus was down: exit 0' '
+	{ stand_in fg >fg.out 2>fg.err; echo $? >fg.rc; } &
+	ends_while_bus_down fg &&
+	sdexec_wait_for_file fg.rc &&
+	test_debug "cat fg.err; flux exec -r 1 flux dmesg | grep -i \"bus\|reconnect\|unknown\"" &&
+	test "$(cat fg.rc)" = 0 &&
+	test_must_be_empty fg.err
+'
+test_expect_success 'a waitable exec whose unit ended and went while the bus was down: wait says 0' '
+	stand_in bg --bg --waitable >bg.pid &&
+	ends_while_bus_down bg &&
+	{ $sproc_wait -r 1 bg 2>bg.err; echo $? >bg.rc; } &&
+	test_debug "cat bg.err" &&
+	test "$(cat bg.rc)" = 0 &&
+	test_must_be_empty bg.err
+'
+test_expect_success 'the bus is back and no unit of this instance is left' '
+	sdexec_wait_until bus_answers &&
+	sdexec_check_no_units
+'
+test_done
