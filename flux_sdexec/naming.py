@@ -20,6 +20,13 @@ _UUID_STEM_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}\Z")
 _LABEL_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
 # systemd's unit name alphabet (unit-name.c): letters, digits, ":-_.\" and "@"
 _UNIT_RE = re.compile(r"[A-Za-z0-9:_.\\@-]+\.service\Z")
+_SLICE_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.")
+
+
+def slice_escape(text):
+    """``text`` as part of a slice's name, where ``-`` means nesting: every character but
+    letters, digits and ``:_.`` escaped as systemd escapes it (``-`` is ``\\x2d``)."""
+    return "".join(c if c in _SLICE_PLAIN else "\\x%02x" % ord(c) for c in text)
 
 
 def f58plain(component):

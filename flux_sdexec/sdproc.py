@@ -71,6 +71,7 @@ class SdProc:
         self.stop_sent = False  # StopUnit was called
         self.reset_sent = False  # ResetFailedUnit was called
         self.watching = False  # PropertiesChanged of the unit are watched
+        self.keeper = None  # the slice that keeps the unit loaded (adapters/systemd/keepers.py)
         self.unit = Unit(unit)  # what systemd last said about the unit
         streams = set(cmd.streams)
         self.in_ = Channel("stdin", not cmd.background)  # stdin

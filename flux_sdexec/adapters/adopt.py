@@ -11,7 +11,7 @@ from flux_sdexec.events import UnitChanged
 from flux_sdexec.handoff import adopted_stop_timer
 from flux_sdexec.protocol import ExecRequest
 from flux_sdexec.sdproc import SdProc
-from flux_sdexec.adapters.systemd import guard, teardown
+from flux_sdexec.adapters.systemd import guard, keepers, teardown
 
 
 def adopt_leftovers(svc):
@@ -41,6 +41,7 @@ def adopt_leftovers(svc):
                 stop_signal=stop_signal,
             )
             p = SdProc(None, cmd, unit, adopted=True)
+            p.keeper = keepers.keeper_of(unit, props)  # released with the unit, as its own
             svc.accounting.adopted(p, props)
             svc.registry.add(p)
             svc.holds.hold(unit, wait=True)  # before the guard, which holds it, stops
@@ -55,5 +56,6 @@ def adopt_leftovers(svc):
             svc.log.info(f"adopted {unit} ({p.unit.state}, pid {p.pid})")
         except OSError as exc:
             svc.log.error(f"{unit}: cannot adopt ({exc}), letting it go")
-            teardown.let_go(svc.bridge, svc.log, unit, props.get("ActiveState", "active"))
+            state, keeper = props.get("ActiveState", "active"), keepers.keeper_of(unit, props)
+            teardown.let_go(svc.bridge, svc.log, unit, state, keeper=keeper)
     return adopted

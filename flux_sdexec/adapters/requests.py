@@ -22,6 +22,7 @@ from flux_sdexec.adapters.messages import (
 )
 from flux_sdexec.adapters.outbox import Flow
 from flux_sdexec.adapters.sinks import output_sink
+from flux_sdexec.adapters.systemd import keepers
 from flux_sdexec.errors import RequestError
 from flux_sdexec.events import (
     AnswerMaybeLost,
@@ -64,8 +65,9 @@ class Requests:
             svc.feed(old, LabelReused())
         elif old is not None or svc.after_release.has(unit=unit):
             raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
-        # the old unit is still loaded, or its Unref not answered yet (holds.py)
-        if svc.registry.by_unit(unit) is not None or svc.holds.releasing(unit):
+        # the old unit is still loaded, or its Unref or keeper not done yet (holds, keepers)
+        released = not (svc.holds.releasing(unit) or svc.keepers.stopping(unit))
+        if svc.registry.by_unit(unit) is not None or not released:
             svc.after_release.wait(unit, msg, req.label, lambda m: self._start(m, req))
             return unit
         if unit in svc.sweeper:
@@ -78,7 +80,9 @@ class Requests:
             environment = protocol.unit_environment(req.env, svc.local_uri)
             fds = {c.name: c.io.remote_fd() for c in channels}
             props = properties.start_properties(req.cmdline, req.cwd, environment, fds, req.opts)
-            props = svc.accounting.place(p, props)
+            props, aux = svc.accounting.place(p, props), []
+            if svc.bridge.signals.over_bus:  # a bus loss would lose its end (keepers.py)
+                props, aux, p.keeper = keepers.with_keeper(unit, props)
             svc.registry.add(p)
             p.started_at = time.time()
             svc.bridge.watch(unit)
@@ -90,6 +94,7 @@ class Requests:
                 props,
                 lambda e: self._start_replied(p, e),
                 lambda budget, waited: self._start_late(p, budget, waited),
+                aux,
             )
             p.start_sent = True
         except BaseException:

@@ -23,6 +23,7 @@ from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.outbox import Outbox
 from flux_sdexec.adapters.systemd import guard, teardown
 from flux_sdexec.adapters.systemd.holds import Holds
+from flux_sdexec.adapters.systemd.keepers import Keepers
 from flux_sdexec.adapters.systemd.bridge import SystemdBridge
 from flux_sdexec.adapters.systemd.bus import BusWatcher
 from flux_sdexec.adapters.systemd.calls import Calls
@@ -129,6 +130,15 @@ class SdexecService:
         # waitable units stay loaded once ended (holds.py); a start of a name whose Unref is
         # not answered yet waits for it (after_release.py)
         self.holds = Holds(log, self.watchers, on_released=self.after_release.gone)
+        self.keepers = Keepers(
+            self.bridge,
+            self.bus,
+            self.watchers,
+            self.sweeper,
+            log,
+            lambda: self.calls.deadline,
+            self.after_release.gone,
+        )
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
         guard.stop(self.bridge, self.log, self.guard)  # after: it holds units that ended
         self.bus.pump()
@@ -154,6 +164,8 @@ class SdexecService:
             if p.state is ProcState.DONE:
                 self.registry.remove(p)
                 self.holds.release(p.unit.name)  # then after_release.gone (on_released)
+                if p.keeper is not None:
+                    self.keepers.release(p.unit.name, p.keeper)  # then after_release.gone
         if pump:
             self.bus.pump()
 
@@ -248,6 +260,8 @@ class SdexecService:
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
         self.holds.close()
+        teardown.await_replies(self.bridge, self.log)  # the stops of slices, keepers
+        self.keepers.close()
         self.bridge.close()
         self.responder.outbox.close()
         self.accounting.close()

@@ -17,12 +17,12 @@ cgroup (``oom_kill_slice``), or are ``null`` with the reason, never a made-up nu
 import re
 
 from flux_sdexec.containment.cgroups import LEGACY, V2
+from flux_sdexec.naming import slice_escape
 
 FIELDS = ("cpu_user_s", "cpu_sys_s", "memory_peak", "tasks_peak", "oom_kills")
 PARENT_SLICE = "app-sdexec.slice"  # every accounting slice's parent, in app.slice
 SLICE_PREFIX = "app-sdexec-"
 UNIT_NAME_MAX = 255  # systemd's longest unit name
-_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.")
 
 
 def accounting_slice(unit, token):
@@ -35,8 +35,7 @@ def accounting_slice(unit, token):
     the old unit's slice may still be stopping.
     """
     base = unit[: -len(".service")] if unit.endswith(".service") else unit
-    escaped = "".join(c if c in _PLAIN else "\\x%02x" % ord(c) for c in base)
-    name = f"{SLICE_PREFIX}{escaped}_{token}.slice"
+    name = f"{SLICE_PREFIX}{slice_escape(base)}_{token}.slice"
     return name if len(name) <= UNIT_NAME_MAX else None
 
 

@@ -228,8 +228,9 @@ sdexec_dmesg_has() {
 # name our module logged at load (should they differ).
 sdexec_no_units_left() {
     # a systemctl that fails (the manager reexecuting) lists nothing: that is no answer
+    # (keeper slices, adapters/systemd/keepers.py, are named after their units)
     _sdexec_units=$(systemctl --user list-units --all --plain --no-legend \
-        "*:${1:-$SDEXEC_INSTANCE}.service") &&
+        "*:${1:-$SDEXEC_INSTANCE}.service" "*:${1:-$SDEXEC_INSTANCE}.slice") &&
         test -z "$_sdexec_units"
 }
 sdexec_check_no_units() {
@@ -237,7 +238,7 @@ sdexec_check_no_units() {
     for _sdexec_inst in "$@"; do
         if ! sdexec_wait_until sdexec_no_units_left "$_sdexec_inst"; then
             systemctl --user list-units --all --plain --no-legend \
-                "*:$_sdexec_inst.service" >&2
+                "*:$_sdexec_inst.service" "*:$_sdexec_inst.slice" >&2
             return 1
         fi
     done

@@ -113,7 +113,7 @@ class StubBridge:
         self.sent.append(call)
         self.pending.append(call)
 
-    def start_transient_unit(self, unit, props, on_reply, timeout):
+    def start_transient_unit(self, unit, props, on_reply, timeout, aux=()):
         self._call("StartTransientUnit", unit, on_reply=on_reply, timeout=timeout)
 
     def kill_unit(self, unit, signum, who="main", **kw):

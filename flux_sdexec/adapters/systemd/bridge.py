@@ -228,9 +228,9 @@ class SystemdBridge:
 
     # ---- the hot path's calls: sent without waiting when given on_reply ----
 
-    def start_transient_unit(self, unit, props, on_reply=None, timeout=CALL_TIMEOUT_SEC):
-        """StartTransientUnit(unit, "fail", props, []); props are (Name, signature, value)."""
-        self._call(b"StartTransientUnit", b"ss", (unit, "fail"), on_reply, timeout, props)
+    def start_transient_unit(self, unit, props, on_reply=None, timeout=CALL_TIMEOUT_SEC, aux=()):
+        """StartTransientUnit(unit, "fail", props, aux): props as (Name, signature, value)."""
+        self._call(b"StartTransientUnit", b"ss", (unit, "fail"), on_reply, timeout, (props, aux))
 
     def stop_unit(self, unit, on_reply=None, timeout=CALL_TIMEOUT_SEC, mode="fail"):
         """StopUnit(unit, mode): "fail" is refused while a start job is queued, "replace"
@@ -263,16 +263,16 @@ class SystemdBridge:
         """The connection was lost and not yet re-opened."""
         return self._lost
 
-    def _call(self, member, sig, args, on_reply=None, timeout=None, props=None, target=None):
-        """``target``: (object path, interface, reply decoder) when not the manager's."""
+    def _call(self, member, sig, args, on_reply=None, timeout=None, unit=None, target=None):
+        """``unit``: a start's (props, aux); ``target``: (path, iface, decoder), not the manager."""
         bus = self._connected()
         obj, iface, decode = target or (MANAGER_PATH, MANAGER, None)
         try:
             m = bus.new_call(SYSTEMD, obj, iface, member)
             append_all(m, sig, args)
-            if props is not None:
-                append_properties(m, props)
-                append(m, b"a(sa(sv))", [])
+            if unit is not None:
+                append_properties(m, unit[0])
+                append(m, b"a(sa(sv))", unit[1])
             if on_reply is None:
                 bus.call(m, int((timeout or 0) * 1e6))
             else:

@@ -131,12 +131,12 @@ class Calls:
         """How long one attempt waits for its reply (settle.call_deadline)."""
         return settle.call_deadline(self.budget)
 
-    def start(self, unit, props, on_done, on_late):
-        """StartTransientUnit(unit, props), settled: ``on_done(error)`` once; then, if the
-        budget runs out before ``started(unit)``, ``on_late(budget, waited)``."""
+    def start(self, unit, props, on_done, on_late, aux=()):
+        """StartTransientUnit(unit, props, aux), settled: ``on_done(error)`` once; then, if
+        the budget runs out before ``started(unit)``, ``on_late(budget, waited)``."""
 
         def send(on_reply, timeout):
-            self.bridge.start_transient_unit(unit, props, on_reply, timeout)
+            self.bridge.start_transient_unit(unit, props, on_reply, timeout, aux)
 
         driver = _Driver(self, settle.START, unit, send, on_done, on_late)
         self._starts[unit] = driver  # before it is sent: a refusal may settle it at once

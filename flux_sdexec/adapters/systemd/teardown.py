@@ -26,11 +26,12 @@ def quietly(log, call, *args):
         log.debug(f"{call.__name__} {args[0]}: {exc}")
 
 
-def let_go(bridge, log, unit, active_state, mode="replace"):
+def let_go(bridge, log, unit, active_state, mode="replace", keeper=None):
     """The calls of the forget policy (unitstate.forget_call) for a unit nobody will watch:
     a stopped unit may end failed, so the reset follows the stop. Mode "replace" stops a
-    unit whose start job is still queued, where "fail" is refused."""
-    if forget_call(active_state) == "stop":
+    unit whose start job is still queued, where "fail" is refused. A unit with a ``keeper``
+    (keepers.py) is stopped whatever its state: its stop stops the keeper."""
+    if forget_call(active_state) == "stop" or keeper is not None:
         try:
             bridge.stop_unit(unit, mode=mode)
         except UnitError as exc:
@@ -60,6 +61,20 @@ def ensure_connected(bridge, log):
             if attempt == RECONNECT_TRIES:
                 raise
             time.sleep(reconnect_delay(attempt))
+
+
+def await_replies(bridge, log, grace=UNLOAD_GRACE):
+    """Before the connection closes, wait at most ``grace`` for the answers to the calls
+    sent without waiting (a stop at the unload): over the bus, systemd asks the bus daemon
+    for the caller's credentials as it acts on a call, and refuses the call of a caller
+    already gone."""
+    deadline = time.monotonic() + grace
+    try:
+        while bridge.next_deadline() is not None and time.monotonic() < deadline:
+            select.select([bridge.fileno()], [], [], 0.05)
+            bridge.pump()
+    except UnitError as exc:
+        log.debug(f"unload: {exc}")
 
 
 def see_units_gone(bridge, log, units, grace=UNLOAD_GRACE, stop_signals=None):

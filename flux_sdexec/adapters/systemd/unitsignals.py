@@ -87,6 +87,11 @@ class UnitSignals:
         if self._slots is not None and path in self._slots:
             self._bus.remove_match(self._slots.pop(path))
 
+    @property
+    def over_bus(self):
+        """The signals come through the bus daemon: a bus loss loses them (keepers.py)."""
+        return self._slots is not None
+
     def unwatched(self, path):
         """Count a signal that is not a watched unit's (``path``: its object path or None)."""
         if path in self._released:
