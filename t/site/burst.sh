@@ -33,7 +33,7 @@ method() {
 }
 # units_left: the job shell units of every node's manager ("nodeN:UNIT" on nodes).
 units_left() {
-    _pat="imp-shell-* *:sys.service"
+    _pat="imp-shell-* *:sys.service imp?x2dshell* *:sys.slice"  # keepers: keepers.py
     if [ -z "$nodes" ]; then
         as_user "$SITE_USER" systemctl --user list-units --all --plain --no-legend $_pat |
             awk '{print $1}'
