@@ -242,6 +242,7 @@ class SdexecService:
         signals = {unit: signum for unit, (_, signum) in timers.items()}
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         self.holds.hand_over()
+        self.keepers.hand_over(keep)
         for p in self.registry:
             self.feed(p, Unloading(keep=p.unit.name in keep))
         try:

@@ -1,6 +1,17 @@
 """Keeper slices (adapters/systemd/keepers.py): which units get one, and its name."""
 
-from flux_sdexec.adapters.systemd.keepers import keeper_name, keeper_of, with_keeper
+import errno
+
+from stubs import StubBridge, StubBus, StubLog, StubWatchers
+
+from flux_sdexec.adapters.systemd.keepers import (
+    LOOKS_MAX,
+    Keepers,
+    keeper_name,
+    keeper_of,
+    with_keeper,
+)
+from flux_sdexec.errors import UnitError
 
 NOTIFY = [("ExecStart", "a(sasb)", []), ("Type", "s", "notify")]
 
@@ -36,3 +47,58 @@ def test_an_adopted_unit_names_its_keeper_among_its_wants():
     assert keeper_of(unit, {"Wants": ["job\\x2d1:sys.slice"]}) == "job\\x2d1:sys.slice"
     assert keeper_of(unit, {"Wants": ["other.slice"]}) is None
     assert keeper_of(unit, {}) is None
+
+
+class Sweeps:
+    def __init__(self):
+        self.swept = []
+
+    def sweep(self, unit, why):
+        self.swept.append(unit)
+
+
+def keepers_on_stubs():
+    bridge, watchers, sweeper, gone = StubBridge(), StubWatchers(), Sweeps(), []
+    k = Keepers(bridge, StubBus(), watchers, sweeper, StubLog(), lambda: 5.0, gone.append)
+    return k, bridge, watchers, sweeper, gone
+
+
+NOT_LOADED = UnitError(errno.ENOENT, "Unit job-1:sys.service not loaded.")
+
+
+def test_release_stops_the_keeper_and_frees_the_name_once_the_unit_is_unloaded():
+    k, bridge, watchers, _, gone = keepers_on_stubs()
+    k.release("job-1:sys.service", "job\\x2d1:sys.slice")
+    assert [(c.member, c.unit) for c in bridge.sent] == [("StopUnit", "job\\x2d1:sys.slice")]
+    bridge.answer("StopUnit")
+    bridge.answer("GetUnit")  # still loaded: looked at again after a pause
+    assert k.stopping("job-1:sys.service") and gone == []
+    watchers.armed()[0].fire()
+    bridge.answer("GetUnit", NOT_LOADED)
+    assert not k.stopping("job-1:sys.service") and gone == ["job-1:sys.service"]
+    assert watchers.armed() == []
+
+
+def test_a_unit_handed_over_keeps_its_keeper():
+    k, bridge, _, _, gone = keepers_on_stubs()
+    k.hand_over({"job-1:sys.service"})
+    k.release("job-1:sys.service", "job\\x2d1:sys.slice")
+    assert bridge.sent == [] and gone == []
+
+
+def test_a_keeper_whose_stop_is_lost_goes_to_the_sweeper():
+    k, bridge, _, sweeper, gone = keepers_on_stubs()
+    k.release("job-1:sys.service", "job\\x2d1:sys.slice")
+    bridge.lose()
+    assert sweeper.swept == ["job\\x2d1:sys.slice"] and gone == ["job-1:sys.service"]
+
+
+def test_a_unit_that_runs_on_frees_its_name_after_the_looks():
+    k, bridge, watchers, sweeper, gone = keepers_on_stubs()
+    k.release("job-1:sys.service", "job\\x2d1:sys.slice")
+    bridge.answer("StopUnit")
+    for _ in range(LOOKS_MAX):
+        bridge.answer("GetUnit")
+        watchers.armed()[0].fire()
+    bridge.answer("GetUnit")
+    assert gone == ["job-1:sys.service"] and sweeper.swept == [] and watchers.armed() == []

@@ -14,8 +14,9 @@ the unit stop the keeper too (sdexec's own stops, the sweeper's, the unload's). 
 ends by itself is kept until sdexec is done with it (its record goes): ``release`` stops
 the keeper, and systemd unloads both. The unit's name is not free for a new start until
 systemd has unloaded it: ``stopping(unit)`` (after_release.py waits for ``on_gone(unit)``).
-A keeper outlives an unload that hands its unit over, and a crash: the next sdexec adopts
-the unit, finds its keeper among its Wants= (``keeper_of``), and releases it in turn.
+A keeper outlives an unload that hands its unit over (``hand_over``), and a crash: the next
+sdexec adopts the unit, finds its keeper among its Wants= (``keeper_of``), and releases it in
+turn. A unit still running when its record goes (abandoned) runs on: its keeper goes.
 """
 
 import errno
@@ -25,7 +26,7 @@ from flux_sdexec.errors import UnitError
 
 NOTIFY_TYPES = ("notify", "notify-reload")  # the types whose main process may send STOPPING=1
 LOOK_INTERVAL = 0.02  # seconds between looks for the unit, once its keeper is stopped
-LOOKS_MAX = 250  # looks (5 s) before the unit is handed to the sweeper
+LOOKS_MAX = 250  # looks (5 s) for the unit, then its name is taken as free
 
 
 def keeper_name(unit):
@@ -58,7 +59,7 @@ class Keepers:
 
     Args:
         bridge: the SystemdBridge; bus: its BusWatcher; watchers: a ``watchers.Watchers``.
-        sweeper: the Sweeper, for a keeper whose stop failed or whose unit stays loaded.
+        sweeper: the Sweeper, for a keeper whose stop failed.
         log: the module's BrokerLogger.
         deadline: a callable giving the per-call deadline in seconds.
         on_gone: ``on_gone(unit)`` once the unit's name is free (after_release.gone).
@@ -73,14 +74,19 @@ class Keepers:
         self._deadline = deadline
         self._on_gone = on_gone
         self._stopping = {}  # unit -> [its keeper, looks done, the look timer or None]
+        self._kept = set()  # units the unload hands over with their keepers
 
     def stopping(self, unit):
         """``unit``'s keeper is being stopped: systemd may still have the unit loaded."""
         return unit in self._stopping
 
+    def hand_over(self, units):
+        """The unload leaves ``units`` to the next sdexec: their keepers stay."""
+        self._kept = set(units)
+
     def release(self, unit, keeper):
         """Stop ``keeper``, then look ``unit`` up until systemd has unloaded it."""
-        if unit in self._stopping:
+        if unit in self._stopping or unit in self._kept:
             return
         self._stopping[unit] = [keeper, 0, None]
         self._send(self.bridge.stop_unit, keeper, lambda exc: self._stopped(unit, exc))
@@ -89,7 +95,8 @@ class Keepers:
         if unit not in self._stopping:
             return
         if exc is not None and exc.errno != errno.ENOENT:
-            self._give_up(unit, f"stop: {exc}")
+            self.sweeper.sweep(self._stopping[unit][0], f"stop: {exc}")
+            self._done(unit)
         else:
             self._look(unit)
 
@@ -100,21 +107,17 @@ class Keepers:
         entry = self._stopping.get(unit)
         if entry is None:
             return
-        if exc is not None and exc.errno == errno.ENOENT:
+        if exc is not None or entry[1] >= LOOKS_MAX:
+            if exc is None or exc.errno != errno.ENOENT:  # running on, or systemd not there
+                self.log.info(
+                    f"{unit}: still loaded after its keeper stopped ({exc or 'no error'})"
+                )
             self._done(unit)
-        elif exc is not None or entry[1] >= LOOKS_MAX:
-            self._give_up(unit, f"still loaded after its keeper's stop ({exc or 'no error'})")
         else:
             entry[1] += 1
             if entry[2] is None:
                 entry[2] = self.watchers.timer(LOOK_INTERVAL, lambda: self._look(unit), unit)
             entry[2].reset(after=LOOK_INTERVAL)
-
-    def _give_up(self, unit, why):
-        """The sweeper stops the unit, which stops its keeper (PartOf=), until both go."""
-        keeper = self._stopping[unit][0]
-        self._done(unit)
-        self.sweeper.sweep(unit, f"keeper {keeper}: {why}")
 
     def _done(self, unit):
         timer = self._stopping.pop(unit)[2]
