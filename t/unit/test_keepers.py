@@ -31,6 +31,12 @@ def test_a_notify_unit_wants_its_keeper_which_is_part_of_it():
     ]
 
 
+def test_the_last_type_given_counts_as_for_systemd():
+    props = [("Type", "s", "exec"), ("Type", "s", "notify")]
+    assert with_keeper("a:sys.service", props)[2] == "a:sys.slice"
+    assert with_keeper("a:sys.service", props[::-1])[2] is None
+
+
 def test_other_types_get_no_keeper():
     for props in ([("Type", "s", "exec")], [("Type", "s", "oneshot")], []):
         assert with_keeper("a:sys.service", props) == (props, [], None)

@@ -40,8 +40,8 @@ def keeper_name(unit):
 def with_keeper(unit, props):
     """(props, aux, keeper): a unit of a notify type gets a keeper (Wants= it; ``aux``,
     StartTransientUnit's auxiliary units, creates it); any other unit none (keeper None)."""
-    unit_type = next((value for name, _, value in props if name == "Type"), "exec")
-    keeper = keeper_name(unit) if unit_type in NOTIFY_TYPES else None
+    types = [value for name, _, value in props if name == "Type"]  # the last one counts
+    keeper = keeper_name(unit) if types and types[-1] in NOTIFY_TYPES else None
     if keeper is None:
         return props, [], None
     aux = [(keeper, [("PartOf", ("as", [unit])), ("Description", ("s", f"keeps {unit}"))])]
