@@ -13,30 +13,11 @@ the next sdexec must still answer a wait with its status, and nothing may stay l
 
 sdexec_under_flux 2
 
-# stopping.py GATE CODE: READY=1, waits for file GATE, STOPPING=1, exits CODE.
-cat >stopping.py <<-'EOT'
-import os, socket, sys, time
-gate, code = sys.argv[1], int(sys.argv[2])
-def notify(state):
-    address = os.environ["NOTIFY_SOCKET"]
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.connect(address)
-        s.sendall(state.encode())
-notify("READY=1")
-for _ in range(3000):
-    if os.path.exists(gate):
-        break
-    time.sleep(0.1)
-notify("STOPPING=1")
-sys.exit(code)
-EOT
 # start LABEL: a waitable stand-in of the IMP on rank 1, gated by file LABEL; its pid to LABEL.pid
 start() {
 	$sdexec -r 1 --bg --waitable --label=$1 \
 		--setopt=SDEXEC_PROP_Type=notify \
-		/usr/bin/python3 "$(pwd)/stopping.py" "$(pwd)/$1" 0 >$1.pid
+		/usr/bin/python3 "$SDEXEC_SRCDIR/t/fixtures/stopping.py" "$(pwd)/$1" 0 >$1.pid
 }
 pid_gone() {
 	! kill -0 $(cut -d" " -f2 $1.pid) 2>/dev/null

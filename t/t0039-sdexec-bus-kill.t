@@ -22,30 +22,11 @@ Disturbs the user manager for everyone: run under flock /tmp/sdexec-systemd.lock
 
 sdexec_under_flux 2
 
-# stopping.py GATE CODE: READY=1, waits for file GATE, STOPPING=1, exits CODE.
-cat >stopping.py <<-'EOT'
-import os, socket, sys, time
-gate, code = sys.argv[1], int(sys.argv[2])
-def notify(state):
-    address = os.environ["NOTIFY_SOCKET"]
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.connect(address)
-        s.sendall(state.encode())
-notify("READY=1")
-for _ in range(3000):
-    if os.path.exists(gate):
-        break
-    time.sleep(0.1)
-notify("STOPPING=1")
-sys.exit(code)
-EOT
 # stand_in LABEL [OPTION...]: run the stand-in gated by file LABEL on rank 1, labelled LABEL
 stand_in() {
 	_label=$1 && shift &&
 	$sdexec -r 1 --label=$_label "$@" --setopt=SDEXEC_PROP_Type=notify \
-		/usr/bin/python3 "$(pwd)/stopping.py" "$(pwd)/$_label" 0
+		/usr/bin/python3 "$SDEXEC_SRCDIR/t/fixtures/stopping.py" "$(pwd)/$_label" 0
 }
 unit_of() {
 	echo "$1-1:$SDEXEC_INSTANCE.service"
