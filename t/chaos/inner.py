@@ -40,15 +40,21 @@ def main(args):
         "seed": args.seed,
         "duration": args.duration,
         "instance": instance,
-        # the units, their keepers (adapters/systemd/keepers.py), the guard
-        "globs": [glob, glob.replace(".service", ".slice"), f"sdexec-guard-*-{instance}.service"],
+        # the units, their keepers (adapters/systemd/keepers.py), accounting slices, the guard
+        "globs": [
+            glob,
+            glob.replace(".service", ".slice"),
+            f"app-sdexec-*:{instance}_*.slice",
+            f"sdexec-guard-*-{instance}.service",
+        ],
         "rss_growth_kb": verdict.RSS_GROWTH_KB,
         "harness_errors": [],
     }
     nodes = nodesrun.NodeRun(args, say) if args.nodes else None
     drains = nodes.drain_keeper if nodes else DrainKeeper(say)
     if nodes and "bulk-exec" in args.methods:
-        result["globs"] += ["imp-shell-*.service", "imp?x2dshell*.slice"]  # bulk-exec's names
+        # bulk-exec's names (job-exec's own), their keepers and accounting slices
+        result["globs"] += ["imp-shell-*.service", "imp?x2dshell*.slice", "app-sdexec-imp*.slice"]
     module = str(module_file(args.checkout))
     say(f"chaos: brokers {brokers}, module {module}, units {' '.join(result['globs'])}")
     # about one fault per second at most: enough for the whole duration
