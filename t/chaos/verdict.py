@@ -62,7 +62,12 @@ def _status(status):
 
 HELPER_PREFIX = "imp_exec_helper: "
 # how flux-core's sdbus reports the bus lost under a call: the manager gone (reexec), the bus
-BUS_LOST = ("disconnected from message bus", "received Disconnected signal from bus")
+# gone while the call waited, or already gone when sdbus sent it (its socket reset)
+BUS_LOST = (
+    "disconnected from message bus",
+    "received Disconnected signal from bus",
+    "error sending sdbus request: Connection reset by peer",
+)
 
 
 def helper_failure(job):

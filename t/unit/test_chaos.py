@@ -202,6 +202,13 @@ def test_a_job_failed_by_the_helper_at_a_bus_loss_is_counted_apart():
     assert lines[-1].endswith("lost=0 units-left=0 faults=3 helper-failed=1")
 
 
+def test_a_helper_call_sent_on_a_bus_already_reset_counts_as_a_bus_loss():
+    reset = "imp_exec_helper: GetUnitByInvocationID: error sending sdbus request: Connection reset by peer\n"  # noqa: E501
+    assert verdict.helper_failure(_helper_failed(2, reset)) == reset.strip()
+    other = "imp_exec_helper: GetUnitByInvocationID: error sending sdbus request: Invalid argument\n"  # noqa: E501
+    assert verdict.helper_failure(_helper_failed(2, other)) is None
+
+
 def test_other_helper_failures_and_hangs_stay_lost():
     """Another helper error, or a job not ended, is sdexec's to answer for: lost."""
     other = _helper_failed(
