@@ -11,6 +11,7 @@ is stopped once the unit is gone. Nothing here blocks or raises into the caller:
 read or commit is logged.
 """
 
+import errno
 import json
 import os
 import socket
@@ -19,6 +20,7 @@ import time
 from flux_sdexec.adapters.kmsg import OomLog
 from flux_sdexec.cli.unitrows import job_id
 from flux_sdexec.containment import cgroups, usage
+from flux_sdexec.errors import UnitError
 from flux_sdexec.properties import PREFIX
 from flux_sdexec.states import ProcState
 
@@ -195,11 +197,14 @@ class Accounting:
         future.then(done)
 
     def _stop_slice(self, name):
+        """A stop that did not go through (lost to a manager reexec, not answered) hands the
+        slice to the sweeper, which stops it until systemd lets go."""
+
         def on_reply(exc):
-            if exc is not None:
-                self.svc.log.debug(f"stop {name}: {exc}")
+            if exc is not None and exc.errno != errno.ENOENT:
+                self.svc.sweeper.sweep(name, f"stop: {exc}")
 
         try:
             self.svc.bridge.stop_unit(name, on_reply=on_reply)
-        except Exception as exc:
-            self.svc.log.debug(f"stop {name}: {exc!r}")
+        except UnitError as exc:
+            on_reply(exc)

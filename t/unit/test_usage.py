@@ -5,6 +5,8 @@ is gone (the files and formats of Linux 6.x); the adapter's reader finds them th
 mountinfo naming the mounts, as on a real host. The hybrid tree is this test machine.
 """
 
+import errno
+import logging
 import socket
 import types
 
@@ -14,6 +16,7 @@ import pytest
 from flux_sdexec.adapters.kmsg import OomLog
 from flux_sdexec.adapters.usage import Accounting
 from flux_sdexec.containment import cgroups, usage
+from flux_sdexec.errors import UnitError
 from flux_sdexec.states import ProcState
 
 UNIT = "shell-0-fA1:tb.service"
@@ -238,11 +241,21 @@ def test_an_adopted_unit_keeps_the_slice_systemd_says_it_is_in(tmp_path):
 
 
 class Stops:
-    def __init__(self):
+    def __init__(self, answer=None):
         self.stopped = []
+        self.answer = answer  # what systemd answers each stop (None: done)
 
-    def stop_unit(self, name, on_reply=None):
+    def stop_unit(self, name, on_reply=None, **kwargs):
         self.stopped.append(name)
+        on_reply(self.answer)
+
+
+class Sweeps:
+    def __init__(self):
+        self.swept = []
+
+    def sweep(self, unit, why):
+        self.swept.append(unit)
 
 
 @pytest.mark.parametrize(
@@ -258,7 +271,7 @@ class Stops:
 def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
     tmp_path, gone, stop_sent, reset_sent, opts, stopped
 ):
-    svc = types.SimpleNamespace(bridge=Stops())
+    svc = types.SimpleNamespace(bridge=Stops(), sweeper=Sweeps())
     acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
     unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone)
     p = types.SimpleNamespace(
@@ -274,3 +287,30 @@ def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
     acc.observe(p)
     acc.observe(p)  # once only
     assert svc.bridge.stopped == ([SLICE] if stopped else [])
+
+
+@pytest.mark.parametrize(
+    "answer, swept",
+    [
+        (UnitError(errno.ECONNRESET, "lost connection to systemd"), [SLICE]),  # a reexec
+        (UnitError(errno.ETIMEDOUT, "systemd did not answer"), [SLICE]),
+        (UnitError(errno.ENOENT, "Unit not loaded."), []),  # already gone
+    ],
+)
+def test_a_slice_stop_that_did_not_go_through_goes_to_the_sweeper(tmp_path, answer, swept):
+    """A stop lost to a manager reexec left the slice running for good (chaos seed 12)."""
+    svc = types.SimpleNamespace(bridge=Stops(answer), sweeper=Sweeps(), log=logging.getLogger())
+    acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
+    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=True)
+    p = types.SimpleNamespace(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts={}, label=None),
+        usage=None,
+        state=ProcState.DONE,
+        stop_sent=False,
+        reset_sent=False,
+        slice_stopped=False,
+        accounting_slice=SLICE,
+    )
+    acc.observe(p)
+    assert svc.sweeper.swept == swept
