@@ -79,7 +79,8 @@ def test_a_release_against_a_late_bus_leaves_the_reactor_running(late_bus):
 
 def test_the_name_is_free_for_a_start_once_released(sd, tmp_path):
     """The start sdexec makes of a label reused waits for on_released (after_release.py);
-    then systemd has collected the old unit, and a start of its name is taken."""
+    then systemd has collected the old unit, and a start of its name is taken (before the
+    GetUnit after the Unref's answer, 1 start in 30 under load still found it loaded)."""
     h = flux.Flux("loop://")
     started = []
 
@@ -98,8 +99,8 @@ def test_the_name_is_free_for_a_start_once_released(sd, tmp_path):
             sd.start(["/bin/true"], unit=unit)
         assert held.value.errno == errno.EEXIST
         holds.release(unit)
-        assert holds.releasing(unit)
-        run(h)
+        if holds.releasing(unit):  # else answered while it was sent: on_released ran at once
+            run(h)
         assert started == ["started"]
         sd.wait_state(unit, "inactive", "dead")
     finally:

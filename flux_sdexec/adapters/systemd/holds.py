@@ -12,11 +12,14 @@ references before it stops the guard. A watcher drains the connection; when it i
 (a bus restart), every hold is taken again at once on a new one.
 
 The release (Unref) is sent without waiting, and the reactor goes on. Its unit is
-*releasing* until systemd answers: systemd collects an unreferenced unit before it reads
-its next message (its loop runs the GC queue between messages), so once the answer is in,
-a start of the same name (a label reused, on the other connection) cannot find the old
-unit loaded. ``on_released(unit)`` says so; a start of a releasing unit's name waits for it
-(after_release.py). An answer not in after UNREF_TIMEOUT counts as a lost connection: it is
+*releasing* until systemd has collected it: the Unref's answer goes out before systemd
+drops the reference (sd-bus dispatches a reference dropped before the next message of the
+same connection), and its loop runs the GC queue between messages, so a GetUnit sent after
+the answer, on this connection, is answered once the unreferenced unit is gone; then a
+start of the same name (a label reused, on the other connection: the private socket)
+cannot find the old unit loaded. ``on_released(unit)`` says so; a start of a releasing
+unit's name waits for it (after_release.py). An answer not in after UNREF_TIMEOUT (for
+both calls) counts as a lost connection: it is
 closed (unflushed: a stalled bus is never waited for), which drops every reference, and
 opened again with the remaining holds.
 """
@@ -26,6 +29,8 @@ import errno
 from flux.constants import FLUX_POLLIN
 
 from flux_sdexec.adapters.systemd import sdbus
+from flux_sdexec.adapters.systemd.connect import MANAGER, MANAGER_PATH
+from flux_sdexec.adapters.systemd.sdbus_append import append
 
 SYSTEMD = b"org.freedesktop.systemd1"
 UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
@@ -71,7 +76,10 @@ class Holds:
             self.held.discard(unit)
             if self._bus is not None:  # else no reference is left to drop
                 wait = self._watchers is None
-                sent = self._send(b"Unref", unit, wait) and not wait
+                sent = self._send(b"Unref", unit, wait)
+                if sent and wait and self._bus is not None:
+                    self._look(unit, wait=True)
+                sent = sent and not wait
         if sent and unit in self._releasing:  # not answered yet (nor the connection lost)
             timer = self._watchers.timer(UNREF_TIMEOUT, lambda: self._late(unit), "holds")
             self._releasing[unit] = timer
@@ -174,6 +182,18 @@ class Holds:
             self._drop()
             return False
 
+    def _look(self, unit, wait=False):
+        """GetUnit(unit) on this connection: answered once the Unref before it took effect."""
+        m = self._bus.new_call(SYSTEMD, MANAGER_PATH, MANAGER, b"GetUnit")
+        append(m, b"s", unit)
+        if wait:
+            try:
+                self._bus.call(m, WAIT_USEC)
+            except OSError:
+                pass  # the unit is not loaded (the answer looked for), or the bus is gone
+        else:
+            self._errors[self._bus.send(m)] = (b"GetUnit", unit)
+
     def _call(self, member, unit):
         path = sdbus.path_encode(UNIT_PREFIX, unit)
         return self._bus.new_call(SYSTEMD, path, UNIT, member)
@@ -189,7 +209,9 @@ class Holds:
                     self.held.discard(unit)
                     self._log.debug(f"{unit}: Ref refused: {sdbus.reply_error(m)[1]}")
                 elif member == b"Unref" and unit in self._releasing:
-                    self._done(unit)  # answered: systemd has collected it if unreferenced
+                    self._look(unit)  # answered before the reference was dropped
+                elif member == b"GetUnit" and unit in self._releasing:
+                    self._done(unit)  # systemd has collected it if unreferenced
                 sdbus.lib.sd_bus_message_unref(m)
             if r <= 0:
                 return
