@@ -21,7 +21,7 @@ from . import nodesrun, procs, schedule, verdict
 from .drains import DrainKeeper
 from .faults import Injector
 from .jobs import GUESTS, Feeder
-from .run import module_file, say, units_left
+from .run import module_file, say, unit_globs, units_left
 
 TICK = 0.5  # seconds between the reactor's checks of the clock (and RSS samples)
 DRAIN_TICK = 3.0  # seconds between looks for drained ranks
@@ -40,21 +40,12 @@ def main(args):
         "seed": args.seed,
         "duration": args.duration,
         "instance": instance,
-        # the units, their keepers (adapters/systemd/keepers.py), accounting slices, the guard
-        "globs": [
-            glob,
-            glob.replace(".service", ".slice"),
-            f"app-sdexec-*:{instance}_*.slice",
-            f"sdexec-guard-*-{instance}.service",
-        ],
+        "globs": unit_globs(instance, glob, args.nodes and "bulk-exec" in args.methods),
         "rss_growth_kb": verdict.RSS_GROWTH_KB,
         "harness_errors": [],
     }
     nodes = nodesrun.NodeRun(args, say) if args.nodes else None
     drains = nodes.drain_keeper if nodes else DrainKeeper(say)
-    if nodes and "bulk-exec" in args.methods:
-        # bulk-exec's names (job-exec's own), their keepers and accounting slices
-        result["globs"] += ["imp-shell-*.service", "imp?x2dshell*.slice", "app-sdexec-imp*.slice"]
     module = str(module_file(args.checkout))
     say(f"chaos: brokers {brokers}, module {module}, units {' '.join(result['globs'])}")
     # about one fault per second at most: enough for the whole duration

@@ -138,6 +138,17 @@ def list_units_failed():
     return [line.split()[0] for line in res.stdout.splitlines() if line.strip()]
 
 
+def unit_globs(instance, glob, bulk_exec):
+    """What no unit may match after the run: the instance's units (``glob``), their keepers
+    (adapters/systemd/keepers.py) and accounting slices, the guard; with ``bulk_exec`` (on
+    the nodes) job-exec's own names too, their keepers and slices."""
+    globs = [glob, glob.replace(".service", ".slice"), f"app-sdexec-*:{instance}_*.slice"]
+    globs.append(f"sdexec-guard-*-{instance}.service")
+    if bulk_exec:
+        globs += ["imp-shell-*.service", "imp?x2dshell*.slice", "app-sdexec-imp*.slice"]
+    return globs
+
+
 def units_left(globs, timeout=UNITS_GONE_TIMEOUT):
     """Units matching ``globs`` still there after waiting up to ``timeout`` s for them to go."""
     deadline = time.monotonic() + timeout

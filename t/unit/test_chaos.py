@@ -9,6 +9,7 @@ import pytest
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # t/, for the chaos package
 
 from chaos import schedule, verdict  # noqa: E402
+from chaos.run import unit_globs  # noqa: E402
 from chaos.schedule import Fault, JobSpec  # noqa: E402
 
 
@@ -256,3 +257,19 @@ def test_with_bgexec_the_helper_line_is_found_in_the_instance_log():
     failed = job(0, events, id="fjzch1if", log_lines=[line])
     assert verdict.helper_failure(failed).startswith("imp_exec_helper: GetUnitByInvocationID")
     assert verdict.helper_failure(job(0, events, id="fjzch1if")) is None  # no evidence: lost
+
+
+def test_units_left_count_keepers_and_accounting_slices():
+    globs = unit_globs("sys", "*:sys.service", bulk_exec=False)
+    assert globs == [
+        "*:sys.service",
+        "*:sys.slice",  # keepers: imp\\x2dshell\\x2d0\\x2d<id>\\x2d0:sys.slice
+        "app-sdexec-*:sys_*.slice",
+        "sdexec-guard-*-sys.service",
+    ]
+    bulk = unit_globs("sys", "*:sys.service", bulk_exec=True)
+    assert bulk[len(globs) :] == [
+        "imp-shell-*.service",
+        "imp?x2dshell*.slice",
+        "app-sdexec-imp*.slice",
+    ]

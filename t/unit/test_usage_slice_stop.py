@@ -1,0 +1,90 @@
+"""When the adapter stops a unit's accounting slice, and what a stop that did not go through
+becomes (the sweeper's). No flux, no systemd: a bridge that answers each stop at once."""
+
+import errno
+import logging
+import types
+
+import pytest
+from test_usage import SLICE, UNIT, tree
+
+from flux_sdexec.adapters.usage import Accounting
+from flux_sdexec.containment import cgroups
+from flux_sdexec.errors import UnitError
+from flux_sdexec.states import ProcState
+
+
+class Stops:
+    def __init__(self, answer=None):
+        self.stopped = []
+        self.answer = answer  # what systemd answers each stop (None: done)
+
+    def stop_unit(self, name, on_reply=None, **kwargs):
+        self.stopped.append(name)
+        on_reply(self.answer)
+
+
+class Sweeps:
+    def __init__(self):
+        self.swept = []
+
+    def sweep(self, unit, why):
+        self.swept.append(unit)
+
+
+@pytest.mark.parametrize(
+    "gone, stop_sent, reset_sent, opts, stopped",
+    [
+        (True, False, False, {}, True),  # the unit went
+        (False, True, False, {}, True),  # sdexec stopped it (a waitable after its wait)
+        (False, False, True, {}, True),  # sdexec reset it
+        (False, False, False, {}, False),  # let go active: kept for the next sdexec, abandoned
+        (True, False, False, {"SDEXEC_PROP_Slice": "x.slice"}, False),  # the client's slice
+    ],
+)
+def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
+    tmp_path, gone, stop_sent, reset_sent, opts, stopped
+):
+    svc = types.SimpleNamespace(bridge=Stops(), sweeper=Sweeps())
+    acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
+    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone)
+    p = types.SimpleNamespace(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts=opts, label=None),
+        usage=None,
+        state=ProcState.DONE,
+        stop_sent=stop_sent,
+        reset_sent=reset_sent,
+        slice_stopped=False,
+        accounting_slice=None if opts else SLICE,
+    )
+    acc.observe(p)
+    acc.observe(p)  # once only
+    assert svc.bridge.stopped == ([SLICE] if stopped else [])
+
+
+@pytest.mark.parametrize(
+    "answer, swept",
+    [
+        (UnitError(errno.ECONNRESET, "lost connection to systemd"), [SLICE]),  # a reexec
+        (UnitError(errno.ETIMEDOUT, "systemd did not answer"), [SLICE]),
+        (UnitError(errno.ENOENT, "Unit not loaded."), []),  # already gone
+    ],
+)
+def test_a_slice_stop_that_did_not_go_through_goes_to_the_sweeper(tmp_path, answer, swept):
+    """A stop lost to a manager reexec left the slice running for good (chaos seed 12)."""
+    svc = types.SimpleNamespace(bridge=Stops(answer), sweeper=Sweeps(), log=logging.getLogger())
+    acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
+    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=True)
+    p = types.SimpleNamespace(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts={}, label=None),
+        usage=None,
+        state=ProcState.DONE,
+        stop_sent=False,
+        reset_sent=False,
+        slice_stopped=False,
+        accounting_slice=SLICE,
+    )
+    acc.observe(p)
+    assert svc.sweeper.swept == swept
