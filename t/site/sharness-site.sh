@@ -49,15 +49,21 @@ site_wait_until_t() {
 }
 
 # shell_units_of ID: every unit of the flux manager that holds a job shell of job ID (bulk-exec
-# names them imp-shell-<rank>-<jobid>.service, bgexec imp-shell-<rank>-<jobid>-<rank>:sys.service),
-# and their keepers (imp\x2dshell\x2d<rank>\x2d<jobid>...slice, adapters/systemd/keepers.py).
+# names them imp-shell-<rank>-<jobid>.service, bgexec imp-shell-<rank>-<jobid>-<rank>:sys.service).
 shell_units_of() {
     _f58=$(owner flux job id --to=f58plain "$1")
-    user_systemctl list-units --all --plain --no-legend "imp-shell-*-$_f58*.service" \
-        "imp?x2dshell?x2d*$_f58*.slice" | awk '{print $1}'
+    user_systemctl list-units --all --plain --no-legend "imp-shell-*-$_f58*.service" |
+        awk '{print $1}'
+}
+# keepers_of ID: the keeper slices of those units (imp\x2dshell\x2d<rank>\x2d<jobid>...slice,
+# where the brokers share the manager: adapters/systemd/keepers.py).
+keepers_of() {
+    _f58=$(owner flux job id --to=f58plain "$1")
+    user_systemctl list-units --all --plain --no-legend "imp?x2dshell?x2d*$_f58*.slice" |
+        awk '{print $1}'
 }
 no_shell_units_of() {
-    test -z "$(shell_units_of "$1")"
+    test -z "$(shell_units_of "$1")$(keepers_of "$1")"
 }
 # shell_units_left: every job shell unit of the flux manager (none once the jobs are done).
 shell_units_left() {
