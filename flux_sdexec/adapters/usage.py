@@ -64,9 +64,9 @@ class Accounting:
 
     def observe(self, p):
         """After each input of ``p``: learn where slices are, read ``p``'s at its exit, stop
-        it once sdexec is done with a unit that is gone or asked to stop or be reset (a unit
-        let go while active, kept for the next sdexec or abandoned, keeps its slice: the
-        sdexec that stops it later stops the slice)."""
+        it once sdexec is done with a unit that is gone, asked to stop or be reset, or left to
+        the sweeper (a unit let go while active, kept for the next sdexec or abandoned, keeps
+        its slice: the sdexec that stops it later stops the slice)."""
         try:
             name = p.accounting_slice
             if name is None:
@@ -76,7 +76,8 @@ class Accounting:
                     self._learn(p.unit.pid, p.unit.name)
                 if p.unit.finished:
                     self._finished(p)
-            going = p.unit.gone or p.stop_sent or p.reset_sent
+            swept = p.unit.name in self.svc.sweeper  # its start unanswered, say
+            going = p.unit.gone or p.stop_sent or p.reset_sent or swept
             if p.state is ProcState.DONE and going and not p.slice_stopped:
                 p.slice_stopped = True
                 self._stop_slice(name)

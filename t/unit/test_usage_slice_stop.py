@@ -31,6 +31,9 @@ class Sweeps:
     def sweep(self, unit, why):
         self.swept.append(unit)
 
+    def __contains__(self, unit):
+        return unit in self.swept
+
 
 @pytest.mark.parametrize(
     "gone, stop_sent, reset_sent, opts, stopped",
@@ -88,3 +91,22 @@ def test_a_slice_stop_that_did_not_go_through_goes_to_the_sweeper(tmp_path, answ
     )
     acc.observe(p)
     assert svc.sweeper.swept == swept
+
+
+def test_the_slice_of_a_unit_left_to_the_sweeper_is_stopped_too(tmp_path):
+    """A start systemd never answered (the unit swept, never seen): its slice was left."""
+    svc = types.SimpleNamespace(bridge=Stops(), sweeper={UNIT}, log=logging.getLogger())
+    acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
+    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=False)
+    p = types.SimpleNamespace(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts={}, label=None),
+        usage=None,
+        state=ProcState.DONE,
+        stop_sent=False,
+        reset_sent=False,
+        slice_stopped=False,
+        accounting_slice=SLICE,
+    )
+    acc.observe(p)
+    assert svc.bridge.stopped == [SLICE]
