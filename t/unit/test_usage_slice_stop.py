@@ -66,6 +66,21 @@ def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
     assert svc.bridge.stopped == ([SLICE] if stopped else [])
 
 
+def done_proc(gone):
+    """A record sdexec is done with, of a unit with an accounting slice (``gone``: seen end)."""
+    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone)
+    return types.SimpleNamespace(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts={}, label=None),
+        usage=None,
+        state=ProcState.DONE,
+        stop_sent=False,
+        reset_sent=False,
+        slice_stopped=False,
+        accounting_slice=SLICE,
+    )
+
+
 @pytest.mark.parametrize(
     "answer, swept",
     [
@@ -78,18 +93,7 @@ def test_a_slice_stop_that_did_not_go_through_goes_to_the_sweeper(tmp_path, answ
     """A stop lost to a manager reexec left the slice running for good (chaos seed 12)."""
     svc = types.SimpleNamespace(bridge=Stops(answer), sweeper=Sweeps(), log=logging.getLogger())
     acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
-    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=True)
-    p = types.SimpleNamespace(
-        unit=unit,
-        cmd=types.SimpleNamespace(opts={}, label=None),
-        usage=None,
-        state=ProcState.DONE,
-        stop_sent=False,
-        reset_sent=False,
-        slice_stopped=False,
-        accounting_slice=SLICE,
-    )
-    acc.observe(p)
+    acc.observe(done_proc(gone=True))
     assert svc.sweeper.swept == swept
 
 
@@ -97,16 +101,5 @@ def test_the_slice_of_a_unit_left_to_the_sweeper_is_stopped_too(tmp_path):
     """A start systemd never answered (the unit swept, never seen): its slice was left."""
     svc = types.SimpleNamespace(bridge=Stops(), sweeper={UNIT}, log=logging.getLogger())
     acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
-    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=False)
-    p = types.SimpleNamespace(
-        unit=unit,
-        cmd=types.SimpleNamespace(opts={}, label=None),
-        usage=None,
-        state=ProcState.DONE,
-        stop_sent=False,
-        reset_sent=False,
-        slice_stopped=False,
-        accounting_slice=SLICE,
-    )
-    acc.observe(p)
+    acc.observe(done_proc(gone=False))
     assert svc.bridge.stopped == [SLICE]
