@@ -29,16 +29,19 @@ export PYTHON FLUX_CORE_TARBALL FLUX_SECURITY_TARBALL
 
 # Debian packages: systemd and the test tools; our module's Python dependencies for the
 # distribution's python3 (flux's interpreter: pystemd, cffi, and what flux's own commands
-# import); munge, which signs jobs for flux-security's IMP.
+# import); munge, which signs jobs for flux-security's IMP; qemu and mmdebstrap for the v2
+# guest (make vm).
 DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sharness perl procps \
 	libhwloc15 hwloc-nox python3 python3-pystemd python3-cffi python3-pytest python3-yaml \
-	python3-jsonschema python3-docutils munge curl ca-certificates
+	python3-jsonschema python3-docutils munge curl ca-certificates \
+	qemu-system-x86 qemu-utils mmdebstrap file
 PIP_DEPS := vermin
 
 .PHONY: check check-unit check-systemd check-flux check-chaos check-site check-upstream chaos \
-	nodes-chaos deps flux-security flux-core install demo lint man setup-check site-up site-down
+	nodes-chaos deps flux-security flux-core install demo lint man setup-check site-up site-down \
+	vm check-v2
 
-check: setup-check check-unit check-systemd check-flux check-chaos check-site
+check: setup-check check-unit check-systemd check-flux check-chaos check-site check-v2
 
 # `make check` and `make demo` first set up what they need (scripts/setup.sh): as root on
 # Debian, what is missing is installed (make deps, then flux-security and flux-core from the
@@ -183,6 +186,29 @@ check-site:
 		t/site/nodes.sh up $${NODES:-3} || { t/site/nodes.sh down; exit 1; }; \
 		(cd t/site && prove --timer $(notdir $(SITE_NODE_TESTS))); rc=$$?; \
 		t/site/nodes.sh down; exit $$rc; \
+	fi
+
+# The v2 tier: the host every site runs (systemd as pid 1 on unified cgroup v2), as a Debian 12
+# guest under qemu (scripts/vm/, doc/dev/testing.md). `make vm` builds or refreshes its image
+# (VM_DIR, default /var/tmp/flux-sdexec/v2vm; rebuilt when its inputs change); check-v2 boots
+# a fresh copy of it and runs t/v2/tier.sh there: flux-core's sdexec, sdmon and containment
+# suites, our layout-dependent tests, and the production instance under flux.service. One
+# SKIP line where this machine cannot run a guest; in CI (CI=true) that is a failure.
+FLUX_CORE_BUILD ?= $(patsubst %/.flux-sdexec-built,%,$(firstword $(shell ls -td \
+	/var/tmp/flux-sdexec/*/.flux-sdexec-built 2>/dev/null)))
+V2_TIMEOUT ?= 1800
+vm:
+	scripts/vm/build.sh
+
+check-v2:
+	@why=$$(scripts/vm/build.sh --why-not); \
+	if [ -n "$$why" ]; then \
+		if [ "$${CI:-}" = true ]; then echo "FAIL: v2 tier cannot run: $$why"; exit 1; fi; \
+		echo "SKIP: v2 tier: $$why"; \
+	else \
+		echo "== tier: v2 guest (systemd as pid 1, unified cgroup v2, flux.service)"; \
+		scripts/vm/build.sh && \
+		scripts/vm/run.sh --timeout $(V2_TIMEOUT) --share $(FLUX_CORE_BUILD) -- t/v2/tier.sh; \
 	fi
 
 # The site harness (t/site/, doc/guide/install.md, "Deploying at a site"): as root, a system instance owned by

@@ -5,10 +5,11 @@
 #   FLUX_CORE_BUILD   the build tree (default: the newest one `make flux-core` kept under
 #                     /var/tmp/flux-sdexec)
 #   UPSTREAM_SUITES   which suites (default: the sdexec ones below)
+#   UPSTREAM_RESULTS  where each suite's log goes (default t/upstream-results)
 #
 # The build's C sdexec.so* are moved aside for the run (flux's module search tries `.so*`
 # in every folder before any `.py`) and put back afterwards, also on failure or interrupt.
-# Each suite's log is kept in t/upstream-results/.
+# Each suite's log is kept in UPSTREAM_RESULTS.
 set -uo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +22,7 @@ BUILD=${BUILD%/.flux-sdexec-built}
 [ -x "$BUILD/src/cmd/flux" ] && [ -d "$BUILD/t" ] || die "$BUILD is not a built flux-core tree"
 libs="$BUILD/src/modules/.libs"
 aside="$BUILD/.flux-sdexec-aside"
-results="$repo/t/upstream-results"
+results=${UPSTREAM_RESULTS:-$repo/t/upstream-results}
 mkdir -p "$results" "$aside"
 
 # One run at a time per build tree: the C module is out of place while it runs.

@@ -1,0 +1,154 @@
+#!/bin/bash
+# scripts/vm/build.sh: build, or refresh, the v2 guest image (`make vm`).
+#
+# The guest is the host every site runs: Debian 12 booting systemd as pid 1 on the unified
+# cgroup v2 hierarchy, every controller delegated to user managers (a `Delegate=yes` drop-in
+# for user@.service, as sites set it for sdexec). Made from Debian's packages only
+# (mmdebstrap, from this machine's own apt sources; the kernel from linux-image-amd64),
+# with flux-security and flux-core installed from the same release tarballs as `make
+# flux-security flux-core`: flux-core from the build tree `make flux-core` keeps (make
+# install DESTDIR=...), flux-security built once more from its tarball (about 30 s). The
+# runtime libraries both link against are found with ldd and installed as Debian packages.
+#
+# The image is rebuilt only when an input changes: this script, scripts/vm/packages,
+# scripts/vm/guest/* and the two tarballs' sha256 (its inputs' hash is in VM_DIR/stamp).
+# `--force` rebuilds anyway; `--inputs` prints the hash and exits; `--why-not` prints why this
+# machine cannot build and run the guest (nothing when it can).
+#
+#   VM_DIR           where the image lives (default /var/tmp/flux-sdexec/v2vm): disk.img (a
+#                    sparse 6 GB ext4), vmlinuz, initrd.img, stamp, build.log
+#   FLUX_CORE_BUILD  flux-core's build tree (default: the newest `make flux-core` kept)
+#
+# Needs root, mmdebstrap and Debian's apt sources (make deps installs mmdebstrap and qemu).
+set -euo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+here=$top/scripts/vm
+VM_DIR=${VM_DIR:-/var/tmp/flux-sdexec/v2vm}
+say() { echo "vm: $*"; }
+die() { echo "vm: $*" >&2; exit 1; }
+
+force=
+case ${1:-} in
+--force) force=1 ;;
+--inputs | --why-not | "") ;;
+*) die "usage: scripts/vm/build.sh [--force|--inputs|--why-not]" ;;
+esac
+
+security_tarball=$("$top/scripts/tarball.sh" flux-security 2>/dev/null) || security_tarball=
+core_build=${FLUX_CORE_BUILD:-$(ls -td /var/tmp/flux-sdexec/*/.flux-sdexec-built 2>/dev/null | head -1)}
+core_build=${core_build%/.flux-sdexec-built}
+
+why_not() {  # why this machine cannot build and boot the guest, or nothing
+    [ "$(id -u)" = 0 ] || { echo "not root (mmdebstrap, chroot and mkfs need root)"; return; }
+    command -v apt-get >/dev/null && [ -f /etc/debian_version ] ||
+        { echo "not Debian (the guest is made from this machine's Debian apt sources)"; return; }
+    for cmd in mmdebstrap qemu-system-x86_64 qemu-img file; do
+        command -v $cmd >/dev/null || { echo "$cmd is not installed (make deps)"; return; }
+    done
+    [ -n "$security_tarball" ] ||
+        { echo "no flux-security tarball (scripts/tarball.sh flux-security says why)"; return; }
+    [ -n "$core_build" ] && [ -f "$core_build/.flux-sdexec-built" ] ||
+        echo "no flux-core build tree (make flux-core)"
+}
+if [ "${1:-}" = --why-not ]; then
+    why_not
+    exit 0
+fi
+why=$(why_not)
+[ -z "$why" ] || die "cannot build the guest here: $why"
+
+inputs() {  # the hash of everything the image is made from
+    {
+        cat "$here/build.sh" "$here/packages" "$here"/guest/*
+        sha256sum <"$security_tarball"
+        basename "$core_build"
+        cat "$core_build/.flux-sdexec-built"  # the tarball's sha256 (scripts/flux-core.sh)
+    } | sha256sum | cut -d' ' -f1
+}
+
+if [ "${1:-}" = --inputs ]; then
+    inputs
+    exit 0
+fi
+want=$(inputs)
+if [ -z "$force" ] && [ -f "$VM_DIR/disk.img" ] && [ "$(cat "$VM_DIR/stamp" 2>/dev/null)" = "$want" ]; then
+    say "the image in $VM_DIR is up to date"
+    exit 0
+fi
+
+mkdir -p "$VM_DIR"
+work=$(mktemp -d "$VM_DIR/build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+log=$VM_DIR/build.log
+: >"$log"
+start=$SECONDS
+step() {  # step WHAT COMMAND...: run it, its output to the log; on failure show the log's end
+    local started=$SECONDS
+    "${@:2}" >>"$log" 2>&1 || { tail -30 "$log" >&2; die "$1 failed (log: $log)"; }
+    say "$1: $((SECONDS - started)) s"
+}
+stage=$work/stage root=$work/root
+mkdir -p "$stage" "$root"
+
+build_security() {
+    mkdir -p "$work/security"
+    tar -xzf "$security_tarball" -C "$work/security"
+    cd "$work"/security/*/
+    ./configure --prefix=/usr/local --sysconfdir=/etc --enable-pam --disable-docs &&
+        make -j"$(nproc)" && make install DESTDIR="$stage"
+}
+step "flux-security from $(basename "$security_tarball")" build_security
+cd "$top"
+step "flux-core from $core_build" make -C "$core_build" install DESTDIR="$stage"
+
+runtime_packages() {  # the Debian packages holding the libraries the staged ELF files need
+    local elf
+    elf=$(find "$stage" -type f \( -perm -u+x -o -name '*.so*' \) -exec file {} + |
+        sed -n 's/^\([^:]*\):.*ELF.*dynamically linked.*/\1/p')
+    # ldd fails on some files (a plugin missing its host's symbols): the rest still count.
+    for f in $elf; do ldd "$f" 2>/dev/null || true; done |
+        awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+        while read -r lib; do
+            dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true
+        done | cut -d: -f1 | sort -u
+}
+command -v file >/dev/null || step "file (to find ELF files)" apt-get install -y -q --no-install-recommends file
+runtime=$(runtime_packages | tr '\n' ' ')
+packages="$(sed 's/#.*//' "$here/packages" | tr -s ' \n' ' ') $runtime"
+say "runtime libraries: $runtime"
+
+# The root filesystem from the machine's own apt sources (no mirror named here).
+sources=/etc/apt/sources.list.d/debian.sources
+[ -f "$sources" ] || sources=/etc/apt/sources.list
+step "mmdebstrap bookworm (about 90 s)" mmdebstrap --variant=minbase \
+    --include="$(echo $packages | tr ' ' ',')" bookworm "$root" "$sources"
+
+configure_guest() {
+    cp -a "$stage"/. "$root"/
+    chroot "$root" ldconfig
+    chown root:root "$root/usr/local/libexec/flux/flux-imp"
+    chmod 4755 "$root/usr/local/libexec/flux/flux-imp"
+    echo v2guest >"$root/etc/hostname"
+    printf '127.0.0.1 localhost\n127.0.1.1 v2guest\n' >"$root/etc/hosts"
+    printf '/dev/vda / ext4 rw 0 1\n' >"$root/etc/fstab"
+    # Every controller delegated to user managers, as sites set it for sdexec.
+    mkdir -p "$root/etc/systemd/system/user@.service.d"
+    printf '[Service]\nDelegate=yes\n' >"$root/etc/systemd/system/user@.service.d/delegate.conf"
+    # Nothing periodic fires during a run (no network: apt's timers would only fail).
+    for timer in apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer \
+        fstrim.timer dpkg-db-backup.timer; do
+        ln -sf /dev/null "$root/etc/systemd/system/$timer"
+    done
+    install -m 0755 "$here/guest/hostrun" "$root/usr/local/sbin/hostrun"
+    install -m 0644 "$here/guest/hostrun.service" "$root/etc/systemd/system/hostrun.service"
+    chroot "$root" systemctl enable hostrun.service
+    chroot "$root" passwd -d root
+    cp "$root"/boot/vmlinuz-* "$work/vmlinuz"
+    cp "$root"/boot/initrd.img-* "$work/initrd.img"
+    truncate -s 6G "$work/disk.img"
+    mkfs.ext4 -q -d "$root" "$work/disk.img"
+}
+step "configure the guest, make its disk" configure_guest
+mv -f "$work/disk.img" "$work/vmlinuz" "$work/initrd.img" "$VM_DIR"/
+echo "$want" >"$VM_DIR/stamp"
+say "built $VM_DIR/disk.img in $((SECONDS - start)) s"

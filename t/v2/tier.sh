@@ -1,0 +1,53 @@
+#!/bin/sh
+# The v2 tier, inside the guest (`make check-v2` boots it with scripts/vm/run.sh and runs
+# this): the host every site runs, systemd as pid 1 on unified cgroup v2. In order:
+#
+#   1. flux-core's own suites against our modules, under root's user manager
+#      (user@0.service, started by systemd, every controller delegated);
+#   2. our sharness tests whose verdicts depend on the cgroup layout (containment, kernel
+#      limits, usage and OOM), now on v2;
+#   3. the production instance (t/v2/t03*.t): flux-core's flux.service, the flux user's
+#      user@<uid>.service, the real IMP and munge, guests' jobs, `systemctl restart flux`.
+#
+# Every part runs whatever an earlier one did; the exit status is 1 when any failed. Each
+# suite's counts are printed. V2_PARTS (default "upstream ours production") picks parts;
+# V2_UPSTREAM_SUITES and V2_OURS narrow parts 1 and 2.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+src=$PWD
+export SDEXEC_WAIT_TIMEOUT=${SDEXEC_WAIT_TIMEOUT:-180}  # TCG: CPU-bound work is 10-15x slower
+export FLUX_TEST_TIMEOUT=${FLUX_TEST_TIMEOUT:-600}
+results=$src/t/v2/results
+mkdir -p "$results"
+say() { echo "v2: $*"; }
+failed=
+
+part_upstream() {
+    UPSTREAM_RESULTS=$results/upstream UPSTREAM_SUITES="${V2_UPSTREAM_SUITES:-t2409-sdexec
+        t2410-sdexec-memlimit t2411-sdexec-job t2412-sdmon t2413-sdmon-resource
+        t2416-sdexec-constrain-resources t2421-sdexec-bg}" scripts/check-upstream.sh
+}
+
+part_ours() {
+    (cd t && prove --timer ${V2_OURS:-t0011-sdexec-mapper.t t0013-sdexec-containment-check.t
+        t0016-sdexec-kernel-limits.t t0031-sdexec-usage.t t0045-sdexec-containment-v2.t})
+}
+
+part_production() {
+    (cd t/v2 && prove --timer t03*.t)
+}
+
+say "$(uname -sr), systemd $(systemctl --version | sed -n 's/^systemd \([0-9]*\).*/\1/p')" \
+    "as pid 1, /sys/fs/cgroup is $(stat -fc %T /sys/fs/cgroup)," \
+    "controllers: $(cat /sys/fs/cgroup/cgroup.controllers), $(nproc) CPUs"
+loginctl enable-linger root && systemctl start user@0.service || exit 1
+export XDG_RUNTIME_DIR=/run/user/0 DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/0/bus
+say "user@0.service delegates: $(systemctl show -p DelegateControllers --value user@0.service)"
+for part in ${V2_PARTS:-upstream ours production}; do
+    say "== $part"
+    start=$(date +%s)
+    part_$part || failed="$failed $part"
+    say "$part took $(($(date +%s) - start)) s"
+done
+[ -z "$failed" ] || { say "FAILED:$failed"; exit 1; }
+say "all parts passed"
