@@ -10,6 +10,7 @@ PYTHON ?= $(FLUX_PYTHON)
 DEV_PYTHON ?= python3
 PREFIX ?= /usr/local
 MODULE_DIR ?= $(PREFIX)/libexec/flux-sdexec
+FLUX_SHELL ?= $(shell flux config builtin --installed shell_path 2>/dev/null)
 FLUX_CMD_DIR ?= $(shell (flux config builtin --installed exec_path 2>/dev/null || \
 	pkg-config --variable=fluxcmddir flux-core 2>/dev/null) | cut -d: -f1)
 SHARNESS_TESTS := $(sort $(wildcard t/t[0-9]*.t))
@@ -162,6 +163,11 @@ install: man
 	install -D -m 0644 flux_sdexec/modules/sdexec.py $(DESTDIR)$(MODULE_DIR)/sdexec.py
 	install -D -m 0644 flux_sdexec/modules/sdexec-mapper.py $(DESTDIR)$(MODULE_DIR)/sdexec-mapper.py
 	install -D -m 0755 cmd/flux-sdexec.py $(DESTDIR)$(FLUX_CMD_DIR)/flux-sdexec.py
+	@test -n "$(FLUX_SHELL)" || { echo "install: cannot find flux's job shell" \
+		"(flux config builtin shell_path); set FLUX_SHELL" >&2; exit 1; }
+	sed 's|@FLUX_SHELL@|$(FLUX_SHELL)|' cmd/flux-shell-reconnect.in >flux-shell-reconnect.tmp
+	install -D -m 0755 flux-shell-reconnect.tmp $(DESTDIR)$(MODULE_DIR)/flux-shell-reconnect
+	rm -f flux-shell-reconnect.tmp
 	install -D -m 0644 doc/man1/flux-sdexec.1 $(DESTDIR)$(MANDIR)/man1/flux-sdexec.1
 	install -D -m 0644 doc/man5/flux-config-sdexec.5 $(DESTDIR)$(MANDIR)/man5/flux-config-sdexec.5
 

@@ -17,6 +17,7 @@ READ_KEYS = {
     "sdexec.containment-check": "flux_sdexec/config.py",
     "sdexec.systemd-timeout": "flux_sdexec/config.py",
     "sdexec.orphan-check-interval": "flux_sdexec/config.py",
+    "sdexec.restart-grace": "flux_sdexec/config.py",
     "sdexec.mapper": "flux_sdexec/containment/mapper/service.py",
     "sdexec.mapper-searchpath": "flux_sdexec/containment/mapper/service.py",
     "sdexec.allowed-devices": "flux_sdexec/containment/mapper/service.py",
@@ -141,6 +142,18 @@ def orphan_check_interval(conf):
     """
     value = _sdexec_table(conf).get("orphan-check-interval")
     return _duration_key("orphan-check-interval", value, orphans.DEFAULT_INTERVAL, '"10s"')
+
+
+def restart_grace(conf):
+    """``sdexec.restart-grace``: seconds the units kept at a shutdown that running jobs
+    outlive wait, after the broker's exit, for the restarted instance's sdexec (default
+    handoff.DEFAULT_RESTART_GRACE).
+
+    Raises:
+        RequestError: EINVAL naming the key and the accepted form.
+    """
+    value = _sdexec_table(conf).get("restart-grace")
+    return _duration_key("restart-grace", value, handoff.DEFAULT_RESTART_GRACE, '"5m"')
 
 
 def _duration_key(key, value, default, example):

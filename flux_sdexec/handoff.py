@@ -11,6 +11,13 @@ every unit stops: nothing may outlive the instance. For the same reason the unlo
 that hands units over starts a guard unit that stops them should the broker exit
 before another sdexec took them over (sdexec removed for good while jobs ran).
 
+One shutdown is different: a site whose broker runs with ``FLUX_DISABLE_JOB_CLEANUP``
+(flux-core's rc1 then does not cancel running jobs at shutdown) restarts its instance
+under running jobs (``systemctl restart flux`` with ``exec.method = "bgexec"``): job-exec
+grafts their state into the KVS, and the restarted instance reattaches to their shells. So
+then the waitable units are kept at shutdown too, and the guard gives the next sdexec the
+restart grace (``sdexec.restart-grace``) after the broker exited before it stops them.
+
 The stop timer of each unit handed over (its SDEXEC_STOP_TIMER_SEC and _SIGNAL: for a
 multi-user job shell, SIGUSR1 to the IMP, which kills the whole job, as the flux user's
 manager cannot signal the guest's processes) travels in the guard's environment
@@ -35,18 +42,20 @@ POLICIES = (KEEP_WAITABLE, STOP_ALL)
 # Before it rc1 is still loading modules; after it (cleanup, shutdown, finalize, ...)
 # the instance is ending.
 RUN_STATE = "run"
+DEFAULT_RESTART_GRACE = 300.0  # seconds the guard waits for the restarted instance's sdexec
 
 _HANDED_OVER = frozenset({ProcState.RUNNING, ProcState.FINISHED, ProcState.ZOMBIE})
 
 
-def instance_stays(policy, broker_state):
+def instance_stays(policy, broker_state, jobs_outlive_shutdown=False):
     """True when this unload may leave units behind.
 
     Args:
         policy: ``[systemd] sdexec-unload``, one of POLICIES.
         broker_state: the local broker's state-machine state, or None when unknown.
+        jobs_outlive_shutdown: the broker runs with ``FLUX_DISABLE_JOB_CLEANUP``.
     """
-    return policy == KEEP_WAITABLE and broker_state == RUN_STATE
+    return policy == KEEP_WAITABLE and (broker_state == RUN_STATE or jobs_outlive_shutdown)
 
 
 def keepable(p, held=frozenset()):
@@ -58,9 +67,9 @@ def keepable(p, held=frozenset()):
     return p.keeps_record and p.error is None and p.state in _HANDED_OVER and loaded
 
 
-def units_to_keep(procs, policy, broker_state, held=frozenset()):
+def units_to_keep(procs, policy, broker_state, held=frozenset(), jobs_outlive_shutdown=False):
     """The unit names of ``procs`` that this unload leaves running (a set)."""
-    if not instance_stays(policy, broker_state):
+    if not instance_stays(policy, broker_state, jobs_outlive_shutdown):
         return set()
     return {p.unit.name for p in procs if keepable(p, held)}
 
@@ -69,12 +78,15 @@ STOP_TIMERS_ENV = "SDEXEC_STOP_TIMERS"
 IMP_STOP_TIMER_SEC = 30  # an adopted IMP's stop timer, its own unknown (a crash)
 GUARD_GRACE = 2  # seconds the guard gives each step of its stop (teardown.UNLOAD_GRACE)
 
-# Run by the guard unit: wait for the broker to exit, then stop what was handed over as the
-# unload does: StopUnit, after a grace each unit's stop signal on its main process, after
-# another SIGKILL on all its processes, then reset what failed. No "${" in it: systemd
-# expands ${NAME} in ExecStart itself (an unknown name to nothing).
+# Run by the guard unit: wait for the broker to exit, then for the restart grace (0 but at a
+# shutdown the jobs outlive), then stop what was handed over as the unload does: StopUnit,
+# after a grace each unit's stop signal on its main process, after another SIGKILL on all its
+# processes, then reset what failed. The next sdexec stops the guard once it tracks the
+# units. No "${" in it: systemd expands ${NAME} in ExecStart itself (an unknown name to
+# nothing).
 _GUARD_SCRIPT = (
-    'pid=$1; grace=$2; shift 2; while kill -0 "$pid" 2>/dev/null; do sleep 1; done; '
+    'pid=$1; grace=$2; after=$3; shift 3; while kill -0 "$pid" 2>/dev/null; do sleep 1; done; '
+    'sleep "$after"; '
     'up() { test -n "$(systemctl --user list-units --plain --no-legend '
     '--state=activating,active,deactivating,reloading "$@")"; }; '
     'settle() { n=0; while test $n -lt $((grace * 5)) && up "$@"; do '
@@ -98,12 +110,18 @@ def guard_unit(instance, rank):
     return f"sdexec-guard-{rank}-{instance.replace(':', '_')}.service"
 
 
-def guard_command(broker_pid, units):
-    """argv of the guard: if the broker ``broker_pid`` exits before another sdexec
-    took ``units`` over (and stopped the guard), stop them, so nothing outlives the
-    instance even when sdexec is removed for good while the instance runs."""
-    pid, grace = str(broker_pid), str(GUARD_GRACE)
-    return ["/bin/sh", "-c", _GUARD_SCRIPT, "sdexec-guard", pid, grace, *sorted(units)]
+def guard_command(broker_pid, units, after_exit=0):
+    """argv of the guard: if the broker ``broker_pid`` exits and no other sdexec took
+    ``units`` over (and stopped the guard) within ``after_exit`` seconds, stop them, so
+    nothing outlives the instance even when sdexec is removed for good while it runs."""
+    pid, grace, after = str(broker_pid), str(GUARD_GRACE), str(int(after_exit))
+    return ["/bin/sh", "-c", _GUARD_SCRIPT, "sdexec-guard", pid, grace, after, *sorted(units)]
+
+
+def guard_after_exit(broker_state, restart_grace):
+    """Seconds the guard waits after the broker's exit: none when sdexec alone was unloaded
+    (the broker runs on: its exit means the instance ended), the restart grace otherwise."""
+    return 0 if broker_state == RUN_STATE else restart_grace
 
 
 def stop_timers_env(timers):

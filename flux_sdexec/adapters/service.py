@@ -66,6 +66,8 @@ class SdexecService:
         module_file: the module file loaded (stats-get says which).
         systemd_timeout: ``[sdexec] systemd-timeout``, the budget of a systemd call.
         orphan_interval: ``[sdexec] orphan-check-interval`` (adapters/orphan_watch.py).
+        jobs_outlive_shutdown: the broker runs with ``FLUX_DISABLE_JOB_CLEANUP`` (handoff.py).
+        restart_grace: ``[sdexec] restart-grace`` (handoff.py).
     """
 
     def __init__(
@@ -82,6 +84,8 @@ class SdexecService:
         module_file=None,
         systemd_timeout=settle.DEFAULT_BUDGET,
         orphan_interval=orphans.DEFAULT_INTERVAL,
+        jobs_outlive_shutdown=False,
+        restart_grace=handoff.DEFAULT_RESTART_GRACE,
     ):
         self.h = handle
         self.log = log
@@ -90,6 +94,8 @@ class SdexecService:
         self.namer = namer
         self.debug = debug
         self.unload_policy = unload_policy
+        self.jobs_outlive_shutdown = jobs_outlive_shutdown
+        self.restart_grace = restart_grace
         self.containment = cgroup.ContainmentChecker(log, containment_check)
         self.broker_pid = broker_pid
         self.module_file = module_file
@@ -222,11 +228,13 @@ class SdexecService:
         Args:
             broker_state: the local broker's state-machine state, None when unknown.
         """
+        outlive = self.jobs_outlive_shutdown
         keep = handoff.units_to_keep(
-            self.registry, self.unload_policy, broker_state, self.holds.held
+            self.registry, self.unload_policy, broker_state, self.holds.held, outlive
         )
         slices = self.accounting.slices(p for p in self.registry if p.unit.name in keep)
-        if not handoff.instance_stays(self.unload_policy, broker_state) and len(self.registry):
+        stays = handoff.instance_stays(self.unload_policy, broker_state, outlive)
+        if not stays and len(self.registry):
             self.log.info(
                 f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
             )
@@ -255,7 +263,15 @@ class SdexecService:
             left = [u for u in swept if u not in units]
             if keep and self.broker_pid is not None:
                 kept = {unit: timers[unit] for unit in keep if unit in timers}
-                guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices, kept)
+                after = handoff.guard_after_exit(broker_state, self.restart_grace)
+                if after:
+                    self.log.info(
+                        f"unload (broker state {broker_state}, running jobs outlive it):"
+                        f" {len(keep)} job shell(s) kept for {after:g} s after the broker exits"
+                    )
+                guard.start(
+                    self.bridge, self.log, self.guard, self.broker_pid, keep | slices, kept, after
+                )
             self.holds.close()  # the guard, loaded, refers to the units kept
             teardown.see_units_gone(self.bridge, self.log, units + left, stop_signals=signals)
         except UnitError as exc:

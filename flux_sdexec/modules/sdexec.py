@@ -13,6 +13,7 @@ Only wiring lives here: each handler hands its message to
 """
 
 import errno
+import os
 import signal
 import sys
 from pathlib import Path
@@ -65,6 +66,9 @@ class SdexecModule(BrokerModule):
                 module_file=str(Path(__file__).resolve()),
                 systemd_timeout=config.systemd_timeout(conf),
                 orphan_interval=config.orphan_check_interval(conf),
+                # flux-core's rc1 cancels no running job at shutdown: they outlive it
+                jobs_outlive_shutdown="FLUX_DISABLE_JOB_CLEANUP" in os.environ,
+                restart_grace=config.restart_grace(conf),
             )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
@@ -156,8 +160,10 @@ class SdexecModule(BrokerModule):
         check = config.containment_check(conf)
         budget = config.systemd_timeout(conf)  # every key is checked before any is applied
         interval = config.orphan_check_interval(conf)
+        grace = config.restart_grace(conf)
         self.service.debug, self.service.unload_policy = debug, policy
         self.service.containment.policy = check
         self.service.calls.budget = budget
         self.service.orphans.interval = interval
+        self.service.restart_grace = grace
         self.handle.respond(msg)

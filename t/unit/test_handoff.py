@@ -186,10 +186,11 @@ def test_guard_unit_is_outside_every_instance_glob():
 
 
 def test_guard_command_waits_for_the_broker_then_stops_the_units():
-    """argv: sh -c SCRIPT with the broker pid, the grace and the units (sorted)."""
+    """argv: sh -c SCRIPT with the broker pid, the grace, the wait after the broker's exit
+    and the units (sorted)."""
     argv = handoff.guard_command("1234", {"b:t1.service", "a:t1.service"})
     assert argv[:2] == ["/bin/sh", "-c"]
-    assert argv[3:] == ["sdexec-guard", "1234", "2", "a:t1.service", "b:t1.service"]
+    assert argv[3:] == ["sdexec-guard", "1234", "2", "0", "a:t1.service", "b:t1.service"]
     assert 'kill -0 "$pid"' in argv[2] and 'systemctl --user stop --no-block "$@"' in argv[2]
 
 
@@ -218,3 +219,36 @@ def test_an_adopted_unit_keeps_its_stop_timer_else_an_imps_is_sigusr1():
 def test_the_guard_script_has_nothing_systemd_would_expand():
     """systemd replaces ${NAME} in ExecStart (an unknown name by nothing) before sh runs it."""
     assert "${" not in handoff.guard_command("1", {"a:t1.service"})[2]
+
+
+@pytest.mark.parametrize("state", ["cleanup", "shutdown", "finalize", None])
+def test_waitable_units_are_kept_at_a_shutdown_their_jobs_outlive(state):
+    """FLUX_DISABLE_JOB_CLEANUP (running jobs are not cancelled at shutdown: flux.service
+    restarted under bgexec jobs): the job shells are kept for the restarted instance."""
+    detached = running("detached:t1.service", waitable=False)
+    procs = [running("run:t1.service"), detached]
+    assert handoff.instance_stays(handoff.KEEP_WAITABLE, state, jobs_outlive_shutdown=True)
+    kept = handoff.units_to_keep(procs, handoff.KEEP_WAITABLE, state, jobs_outlive_shutdown=True)
+    assert kept == {"run:t1.service"}
+    assert handoff.units_to_keep(procs, handoff.STOP_ALL, state, jobs_outlive_shutdown=True) == set()
+
+
+def test_the_guard_of_a_restart_waits_its_grace_after_the_broker_exits():
+    """Units kept at a shutdown are stopped only if no sdexec took them over within the
+    restart grace after the broker exited; at an upgrade (the broker runs on) at once."""
+    argv = handoff.guard_command("1234", {"a:t1.service"}, after_exit=300)
+    assert argv[3:] == ["sdexec-guard", "1234", "2", "300", "a:t1.service"]
+    assert 'sleep "$after"' in argv[2]
+    assert handoff.guard_after_exit("run", 300) == 0
+    assert handoff.guard_after_exit("shutdown", 300) == 300
+    assert handoff.guard_after_exit(None, 300) == 300
+
+
+def test_restart_grace_option():
+    """``sdexec.restart-grace``: a duration, 5 minutes unless set."""
+    assert config.restart_grace({}) == handoff.DEFAULT_RESTART_GRACE == 300
+    assert config.restart_grace({"sdexec": {"restart-grace": "10m"}}) == 600
+    with pytest.raises(RequestError) as exc:
+        config.restart_grace({"sdexec": {"restart-grace": "later"}})
+    assert exc.value.errno == errno.EINVAL
+    assert "sdexec.restart-grace must be a duration above zero" in str(exc.value)
