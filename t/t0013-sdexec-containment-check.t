@@ -230,7 +230,7 @@ set_mapper() {
 }
 mapper_is() {
 	flux exec -r 1 flux module stats sdexec-mapper |
-		jq -e ".config.mapper_class == \"${1:-flux_sdexec.map.HwlocMapper}\"" >/dev/null
+		jq -e ".config.mapper_impl == \"${1:-flux_sdexec.map.HwlocMapper}\"" >/dev/null
 }
 undrained() {
 	flux resource drain -n -o "{ranks}" >drain.now &&
