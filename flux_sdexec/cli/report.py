@@ -3,9 +3,9 @@
 ``judge`` turns one rank's ``sdexec.stats-get`` answer (or its error, or its silence)
 into a record; ``fold`` groups records that differ only in rank, host and process
 counts (the counts are summed); ``lines`` prints the groups as one table plus a line
-per reason constraints are unenforceable on the host, per constraint not enforced and per
-unhealthy group. Pure: stdlib only (hostlists
-come from a function the caller passes).
+per unhealthy group, per constraint not enforced and per reason constraints are
+unenforceable on the host. Pure: stdlib only (hostlists come from a function the caller
+passes).
 """
 
 import errno
