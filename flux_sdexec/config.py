@@ -4,6 +4,7 @@ import errno
 import re
 
 from flux_sdexec import handoff, orphans, settle
+from flux_sdexec.containment.enforcement import CONSTRAINTS
 from flux_sdexec.errors import RequestError
 
 _PREFIX = "error reading [systemd] config table"
@@ -15,6 +16,7 @@ READ_KEYS = {
     "systemd.sdexec-debug": "flux_sdexec/config.py",
     "systemd.sdexec-unload": "flux_sdexec/config.py",
     "sdexec.containment-check": "flux_sdexec/config.py",
+    "sdexec.containment-required": "flux_sdexec/config.py",
     "sdexec.systemd-timeout": "flux_sdexec/config.py",
     "sdexec.orphan-check-interval": "flux_sdexec/config.py",
     "sdexec.restart-grace": "flux_sdexec/config.py",
@@ -101,6 +103,34 @@ def containment_check(conf):
             f"got {value!r}",
         )
     return value
+
+
+def containment_required(conf):
+    """``sdexec.containment-required``: the constraints that fail a constrained exec under
+    ``enforce`` whenever they are not enforced, even those this host never enforces
+    (containment/unenforceable.py). Default none.
+
+    Returns:
+        The names (``enforcement.CONSTRAINTS``), each once, in the order given.
+
+    Raises:
+        RequestError: EINVAL naming the entry that is not a constraint, or the key when it
+            is not an array.
+    """
+    value = _sdexec_table(conf).get("containment-required", [])
+    if not isinstance(value, list):
+        raise RequestError(
+            errno.EINVAL,
+            f"sdexec.containment-required must be an array of constraint names: got {value!r}",
+        )
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or name not in CONSTRAINTS:
+            raise RequestError(
+                errno.EINVAL,
+                f"sdexec.containment-required[{i}]: {name!r} is not a containment constraint"
+                f" (one of {', '.join(CONSTRAINTS)})",
+            )
+    return tuple(dict.fromkeys(value))
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

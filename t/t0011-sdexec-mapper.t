@@ -45,10 +45,10 @@ test_expect_success 'rc1 loaded our sdexec and sdexec-mapper on both ranks' '
 	test $(grep -c "^sdexec-mapper .* $SDEXEC_MAPPER_MODULE\$" modules.out) -eq 2 &&
 	test $(grep -c "^sdexec .* $SDEXEC_MODULE\$" modules.out) -eq 2
 '
-test_expect_success 'stats show our default mapper and the allowed devices' '
+test_expect_success 'stats name the default mapper as flux-core does, the class built (ours), the allowed devices' '
 	mapper_stats 1 | jq -c .config >stats.out &&
 	cat >stats.expected <<-EOF &&
-	{"mapper_class":"flux_sdexec.map.HwlocMapper","mapper_searchpath":"","allowed_device_patterns":["/dev/null","$PATTERN"],"allowed_devices":["/dev/null rw"]}
+	{"mapper_class":"flux.sdexec.map.HwlocMapper","mapper_impl":"flux_sdexec.map.HwlocMapper","mapper_searchpath":"","allowed_device_patterns":["/dev/null","$PATTERN"],"allowed_devices":["/dev/null rw"]}
 	EOF
 	test_cmp stats.expected stats.out
 '
@@ -169,6 +169,7 @@ test_expect_success 'a custom mapper from mapper-searchpath shows in stats and m
 	sdexec_set_config mapper "$(printf "[sdexec]\nmapper = \"sitemap.SiteMapper\"\nmapper-searchpath = \"%s\"" "$PWD/site")" &&
 	mapper_stats 0 >site.stats &&
 	jq -e ".config.mapper_class == \"sitemap.SiteMapper\"" site.stats &&
+	jq -e ".config.mapper_impl == \"sitemap.SiteMapper\"" site.stats &&
 	jq -e ".config.mapper_searchpath == \"$PWD/site\"" site.stats &&
 	lookup 0 "$(r_local 0 0)" >site.lookup &&
 	jq -c . site.lookup >site.out &&
@@ -178,7 +179,9 @@ test_expect_success 'a custom mapper from mapper-searchpath shows in stats and m
 '
 test_expect_success 'flux-core'"'"'s own HwlocMapper, named in sdexec.mapper, loads and agrees' '
 	sdexec_set_config mapper "$(printf "[sdexec]\nmapper = \"flux.sdexec.map.HwlocMapper\"")" &&
-	mapper_stats 0 | jq -e ".config.mapper_class == \"flux.sdexec.map.HwlocMapper\"" &&
+	mapper_stats 0 >flux-core.stats &&
+	jq -e ".config.mapper_class == \"flux.sdexec.map.HwlocMapper\"" flux-core.stats &&
+	jq -e ".config.mapper_impl == \"flux.sdexec.map.HwlocMapper\"" flux-core.stats &&
 	lookup 0 "$(r_local 0 0)" >flux-core.out &&
 	sdexec_set_config mapper &&
 	lookup 0 "$(r_local 0 0)" >ours.out &&

@@ -10,7 +10,9 @@ MemoryMax lands in the v1 memory controller (enforced), DevicePolicy in the v1 d
 controller where the user manager may write it. [sdexec] containment-check decides
 what a constraint not enforced does to a job: enforce (fail it, drain the rank), warn
 (log once, run it), off (no check); a job whose constraints the kernel all enforces
-runs under enforce.'
+runs under enforce. [sdexec] containment-required is checked and shown; this host (a v1
+devices hierarchy) has nothing unenforceable, so the job memo that names what a job runs
+without (cgroup v2) is exercised by driving its adapter against this instance.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
@@ -78,7 +80,7 @@ counted() {
 # checked, whatever the verdict.
 checks() {
 	containment "$1" | jq ".constraints.$2 // {} | (.enforced // 0) +
-		(.[\"not-enforced\"] // 0) + (.[\"not-checkable\"] // 0)"
+		(.[\"not-enforced\"] // 0) + (.[\"not-checkable\"] // 0) + (.unenforceable // 0)"
 }
 checked() {
 	test $(checks "$1" "$2") -ge "$3"
@@ -151,6 +153,52 @@ test_expect_success 'a bad policy fails flux config reload and the old one stays
 	containment 0 | jq -e ".policy == \"enforce\"" &&
 	set_policy
 '
+
+# V1_DEVICES: a v1 devices hierarchy is mounted (hybrid or legacy): the user manager applies
+# device policies through it, so this host has no unenforceable constraint.
+grep -E " - cgroup [^ ]+ [^ ]*[,]devices([, ]|$)" /proc/self/mountinfo >/dev/null &&
+	test_set_prereq V1_DEVICES
+# required_is JSON: sdexec on rank 1 applies containment-required JSON (compact).
+required_is() {
+	test "$(containment 1 | jq -c .required)" = "$1"
+}
+set_required() {
+	if test $# -gt 1; then
+		sdexec_set_config required "$(printf "[sdexec]\ncontainment-required = %s" "$1")"
+	else
+		sdexec_set_config required
+	fi &&
+	sdexec_wait_until required_is "${2:-[]}"
+}
+test_expect_success V1_DEVICES 'a v1 devices hierarchy: nothing is unenforceable here, nothing required' '
+	for r in 0 1; do
+		containment $r | jq -e ".unenforceable == {} and .required == []" || return 1
+	done
+'
+test_expect_success 'an unknown containment-required name fails flux config reload, naming it' '
+	printf "[sdexec]\ncontainment-required = [\"DevicePolicy\", \"Foo\"]\n" \
+		>"$SDEXEC_CONF_DIR/zz-required.toml" &&
+	test_must_fail flux config reload 2>required.err &&
+	test_debug "cat required.err" &&
+	grep -F "sdexec.containment-required[1]: '"'"'Foo'"'"' is not a containment constraint (one of AllowedCPUs, AllowedMemoryNodes," \
+		required.err &&
+	rm "$SDEXEC_CONF_DIR/zz-required.toml" &&
+	containment 0 | jq -e ".required == []" &&
+	set_required
+'
+test_expect_success 'containment-required: applied at reload, shown in the stats of every rank' '
+	set_required "[\"DevicePolicy\", \"DeviceAllow\"]" "[\"DevicePolicy\",\"DeviceAllow\"]" &&
+	containment 0 | jq -e ".required == [\"DevicePolicy\",\"DeviceAllow\"]"
+'
+test_expect_success V1_DEVICES 'required device policies this host applies: no error at the reload' '
+	flux dmesg >required0.log &&
+	flux exec -r 1 flux dmesg >required1.log &&
+	test_must_fail grep "is required (sdexec.containment-required) but never enforced" \
+		required0.log required1.log
+'
+test_expect_success 'containment-required dropped again' '
+	set_required
+'
 test_expect_success 'warn: the constrained job runs, its unit carries the mapped properties' '
 	set_policy warn &&
 	id=$(flux submit -N1 -n1 --requires=rank:1 --cwd="$PWD" \
@@ -176,6 +224,60 @@ test_expect_success CPUSET_NOT_APPLIED 'warn: the start was counted, and logged 
 	test $(count 1 AllowedCPUs not-enforced) -eq 3 &&
 	flux exec -r 1 flux dmesg >rank1.log2 &&
 	test $(grep -c ": AllowedCPUs not-enforced: .*(first seen)" rank1.log2) -eq 1
+'
+# memo.py JOBID REASON: what sdexec does for a job shell that runs without an unenforceable
+# constraint (JobMemos, adapters/memo.py), driven directly with this handle: this host has
+# no unenforceable constraint, so no job shell of ours needs it. Prints each debug line.
+cat >memo.py <<-EOF
+	import sys
+	import flux
+	from flux.job import JobID
+	from flux_sdexec.adapters.memo import JobMemos
+	from flux_sdexec.adapters.watchers import Watchers
+
+
+	class Log:
+	    def debug(self, text):
+	        print(text)
+
+	    error = debug
+
+
+	h = flux.Flux()
+	memos = JobMemos(h, Log(), Watchers(h, Log()))
+	answered = memos._answered
+
+
+	def done(future):
+	    answered(future)
+	    h.reactor_stop()
+
+
+	memos._answered = done
+	unit = "shell-0-%s.service" % JobID(sys.argv[1]).f58plain
+	memos.not_enforced(unit, {"DevicePolicy": sys.argv[2]})
+	memos.not_enforced(unit, {"DevicePolicy": "twice"})
+	if memos.pending() != 1:
+	    sys.exit("expected one memo sent, not %d" % memos.pending())
+	h.reactor_run()  # until it is answered (or times out: memo.TIMEOUT)
+	sys.exit(1 if memos.pending() else 0)
+	EOF
+test_expect_success 'warn: the job memo lands in the eventlog once; a job that is over gets none' '
+	id=$(flux submit -N1 -n1 --requires=rank:0 sleep 300) &&
+	flux job wait-event -t $T $id start &&
+	PYTHONPATH=$SDEXEC_SRCDIR flux python memo.py $id "test: no device program" >memo.out &&
+	test_must_be_empty memo.out &&
+	flux job eventlog $id >memo.eventlog &&
+	test_debug "cat memo.eventlog" &&
+	test $(grep -c " memo " memo.eventlog) -eq 1 &&
+	grep -F "memo sdexec={\"not_enforced\":{\"DevicePolicy\":\"test: no device program\"}}" \
+		memo.eventlog &&
+	test "$(flux jobs -n -o "{user.sdexec.not_enforced}" $id)" = \
+		"{\"DevicePolicy\": \"test: no device program\"}" &&
+	flux cancel $id &&
+	flux job wait-event -t $T $id clean &&
+	PYTHONPATH=$SDEXEC_SRCDIR flux python memo.py $id "late" >late.out &&
+	grep "job-manager.memo of $(flux job id --to=f58plain $id): job is inactive" late.out
 '
 test_expect_success 'off: the job runs and nothing is checked or counted' '
 	set_policy off &&
@@ -230,7 +332,7 @@ set_mapper() {
 }
 mapper_is() {
 	flux exec -r 1 flux module stats sdexec-mapper |
-		jq -e ".config.mapper_class == \"${1:-flux_sdexec.map.HwlocMapper}\"" >/dev/null
+		jq -e ".config.mapper_impl == \"${1:-flux_sdexec.map.HwlocMapper}\"" >/dev/null
 }
 undrained() {
 	flux resource drain -n -o "{ranks}" >drain.now &&
@@ -242,6 +344,15 @@ test_expect_success MEMORY_KILLS 'enforce: a job whose constraints the kernel al
 	run -N1 -n1 --requires=rank:1 true &&
 	test $(count 1 MemoryMax enforced) -eq $((before + 1)) &&
 	undrained
+'
+test_expect_success MEMORY_KILLS,DEVICES_CLOSED 'enforce, DevicePolicy required: the kernel enforces it here, the job runs' '
+	set_required "[\"DevicePolicy\"]" "[\"DevicePolicy\"]" &&
+	before=$(count 1 DevicePolicy enforced) &&
+	run -N1 -n1 --requires=rank:1 true &&
+	test $(count 1 DevicePolicy enforced) -eq $((before + 1)) &&
+	test $(count 1 DevicePolicy unenforceable) -eq 0 &&
+	undrained &&
+	set_required
 '
 test_expect_success MEMORY_KILLS,V1_MEMORY 'enforce: with MemoryMax and MemoryHigh only MemoryHigh, which v1 lacks, fails' '
 	set_mapper WithMemoryHigh &&

@@ -4,15 +4,16 @@ Reads /proc and the cgroup filesystems (every v1 hierarchy and the v2 one) of th
 process, nothing else (the ``proc`` root is a parameter and mount points come from its
 mountinfo, so tests run over a fake tree). ``check_allowed_cpus`` is flux-core's
 AllowedCPUs check (cgroup v2 only, its texts); ``check_containment`` hands the files of a
-unit's cgroups to the pure ``flux_sdexec.containment.enforcement`` checker. Problems come
-back as text or verdicts, never raised; the AllowedCPUs texts are flux-core's, so job-exec's
-drain reasons read the same.
+unit's cgroups to the pure ``flux_sdexec.containment.enforcement`` checker;
+``host_unenforceable`` reads this host's cgroup mounts for what its user manager can never
+enforce (``flux_sdexec.containment.unenforceable``). Problems come back as text or verdicts,
+never raised; the AllowedCPUs texts are flux-core's, so job-exec's drain reasons read the same.
 """
 
 import os
 import stat
 
-from flux_sdexec.containment import cgroups, enforcement
+from flux_sdexec.containment import cgroups, enforcement, unenforceable
 from flux_sdexec.adapters import host
 from flux_sdexec.values import parse_idset
 
@@ -127,6 +128,16 @@ def detect_layout(proc="/proc"):
         return "unknown"
 
 
+def host_unenforceable(proc="/proc"):
+    """``{constraint: reason}`` this host's systemd user manager can never apply, from its
+    cgroup mounts (``unenforceable.unenforceable``); empty when mountinfo cannot be read."""
+    try:
+        mounts = cgroup_mounts(proc)
+    except OSError:
+        return {}
+    return unenforceable.unenforceable(cgroups.layout(mounts), "devices" in mounts)
+
+
 def unit_cgroups(pid, proc="/proc", device_allow=None):
     """The ``enforcement.UnitCgroups`` of ``pid`` (OSError when /proc cannot say)."""
     mounts = cgroup_mounts(proc)
@@ -165,16 +176,45 @@ class ContainmentChecker:
     """Carries out post-start checks under the site's ``sdexec.containment-check`` policy.
 
     ``enforce``: a constraint that a constrained exec (SDEXEC_R_LOCAL) asked for and the
-    kernel does not enforce fails the exec; ``warn``: it is logged and the exec runs;
-    ``off``: nothing is read. Constraints a client set itself are checked and counted but
-    never fail an exec. Each kind of reason (``verdicts.reason_class``: without pids or
+    kernel does not enforce fails the exec, unless this host's manager never applies it
+    (``host_unenforceable``, read at load and at each reload) and the site does not list it
+    in ``sdexec.containment-required``: then its verdict is UNENFORCEABLE, the exec runs and
+    ``memo(unit, {constraint: reason})`` tells the job. ``warn``: it is logged and the exec
+    runs; ``off``: nothing is read. Constraints a client set itself are checked and counted
+    but never fail an exec. Each kind of reason (``verdicts.reason_class``: without pids or
     values) a constraint was not enforced is logged once, up to ``LOGGED_MAX`` kinds.
+
+    Args:
+        log: the module's logger.
+        policy: ``sdexec.containment-check``.
+        required: ``sdexec.containment-required``.
+        proc: the /proc the host is read from (tests).
+        memo: called for a constrained exec that runs with UNENFORCEABLE verdicts.
     """
 
-    def __init__(self, log, policy):
+    def __init__(self, log, policy, required=(), proc="/proc", memo=None):
         self.log = log
-        self.policy = policy
+        self.proc = proc
+        self.memo = memo
         self.tally = enforcement.Tally()
+        self.configure(policy, required)
+
+    def configure(self, policy, required):
+        """Apply the policy and the required constraints (at load and at each reload), with
+        this host's unenforceable constraints read again; under ``enforce`` a required one
+        that this host never enforces is logged as an error: every job asking for it fails."""
+        self.policy, self.required = policy, tuple(required)
+        self.unenforceable = host_unenforceable(self.proc)
+        if policy != "enforce":
+            return
+        for name, reason in unenforceable.required_conflicts(
+            self.required, self.unenforceable
+        ).items():
+            self.log.error(
+                f"containment: {name} is required (sdexec.containment-required) but never"
+                f" enforced on this host ({reason}): every constrained job asking for it will"
+                " fail (the default mapper asks for DevicePolicy whenever it maps a job)"
+            )
 
     def check(self, pid, spec, unit):
         """The problem that fails the exec, or None."""
@@ -184,7 +224,9 @@ class ContainmentChecker:
                 return problem
         if self.policy == "off" or not spec.wanted:
             return None
-        verdicts = check_containment(pid, spec.wanted, unit)
+        verdicts = unenforceable.classify(
+            check_containment(pid, spec.wanted, unit, self.proc), self.unenforceable, self.required
+        )
         overflowed = self.tally.overflowed
         for v in self.tally.add(verdicts):
             self.log.warning(f"{unit}: {v.constraint} {v.outcome}: {v.reason} (first seen)")
@@ -193,14 +235,23 @@ class ContainmentChecker:
                 f"{unit}: containment: {enforcement.LOGGED_MAX} kinds of reasons logged,"
                 " no more will be (flux module stats sdexec shows the last of each constraint)"
             )
-        if self.policy == "enforce" and spec.constrained:
-            return enforcement.failure(verdicts)
+        if not spec.constrained:
+            return None
+        if self.policy == "enforce":
+            problem = enforcement.failure(verdicts)
+            if problem is not None:
+                return problem
+        missing = unenforceable.not_applied(verdicts)
+        if missing and self.memo is not None:
+            self.memo(unit, missing)
         return None
 
     def stats(self):
         """``containment`` in ``flux module stats sdexec``."""
         return {
             "policy": self.policy,
-            "layout": detect_layout(),
+            "layout": detect_layout(self.proc),
             "constraints": self.tally.stats(),
+            "unenforceable": dict(self.unenforceable),
+            "required": list(self.required),
         }

@@ -18,6 +18,7 @@ from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.after_release import StartsAfterRelease
 from flux_sdexec.adapters.catchup import CatchUp
 from flux_sdexec.adapters.mapper_client import MapperLookups
+from flux_sdexec.adapters.memo import JobMemos
 from flux_sdexec.adapters.orphan_watch import OrphanWatch
 from flux_sdexec.adapters.messages import Responder, is_local, sender_of
 from flux_sdexec.adapters.outbox import Outbox
@@ -62,6 +63,7 @@ class SdexecService:
         debug: ``[systemd] sdexec-debug``.
         unload_policy: ``[systemd] sdexec-unload``.
         containment_check: ``[sdexec] containment-check``.
+        containment_required: ``[sdexec] containment-required``.
         broker_pid: the broker's pid, watched by the guard of handed-over units.
         module_file: the module file loaded (stats-get says which).
         systemd_timeout: ``[sdexec] systemd-timeout``, the budget of a systemd call.
@@ -80,6 +82,7 @@ class SdexecService:
         debug=False,
         unload_policy=handoff.KEEP_WAITABLE,
         containment_check="enforce",
+        containment_required=(),
         broker_pid=None,
         module_file=None,
         systemd_timeout=settle.DEFAULT_BUDGET,
@@ -96,12 +99,15 @@ class SdexecService:
         self.unload_policy = unload_policy
         self.jobs_outlive_shutdown = jobs_outlive_shutdown
         self.restart_grace = restart_grace
-        self.containment = cgroup.ContainmentChecker(log, containment_check)
         self.broker_pid = broker_pid
         self.module_file = module_file
         self.guard = handoff.guard_unit(namer.instance, rank)
         self.registry = Registry()
         self.watchers = Watchers(handle, log)
+        self.memos = JobMemos(handle, log, self.watchers)
+        self.containment = cgroup.ContainmentChecker(
+            log, containment_check, containment_required, memo=self.memos.not_enforced
+        )
         self.responder = Responder(handle, log, Outbox(handle, log, self.watchers))
         self.runner = ActionRunner(self)
         self.accounting = Accounting(self)
@@ -241,6 +247,7 @@ class SdexecService:
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         self.after_release.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         self.orphans.close()
+        self.memos.close()
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
         timers = {
             p.unit.name: (p.cmd.stop_timer_sec, p.cmd.stop_signal)

@@ -3,8 +3,9 @@
 ``judge`` turns one rank's ``sdexec.stats-get`` answer (or its error, or its silence)
 into a record; ``fold`` groups records that differ only in rank, host and process
 counts (the counts are summed); ``lines`` prints the groups as one table plus a line
-per constraint not enforced and per unhealthy group. Pure: stdlib only (hostlists
-come from a function the caller passes).
+per unhealthy group, per constraint not enforced and per reason constraints are
+unenforceable on the host. Pure: stdlib only (hostlists come from a function the caller
+passes).
 """
 
 import errno
@@ -31,6 +32,7 @@ KEYS = (
     "layout",
     "policy",
     "not_enforced",
+    "unenforceable",
 )
 
 
@@ -94,6 +96,7 @@ def judge(rank, host, answer=None, error=None, timeout=None):
         "layout": containment.get("layout"),
         "policy": policy,
         "not_enforced": missing,
+        "unenforceable": dict(containment.get("unenforceable") or {}),
         "tracked": sum(tracked.values()),
         "running": tracked.get("starting", 0) + tracked.get("running", 0),
         "zombie": tracked.get("zombie", 0),
@@ -142,6 +145,7 @@ COLUMNS = (
     ("ZOMBIE>", "zombie"),
     ("ADOPTED>", "adopted"),
     ("CGROUPS", "layout"),
+    ("UNENFORCEABLE", "never"),
     ("POLICY", "policy"),
     ("NOT-ENFORCED", "constraints"),
     ("MODULE", "module"),
@@ -161,10 +165,16 @@ def lines(groups, hostlist=",".join):
         row = dict(g, nranks=len(g["ranks"]), idset=encode_idset(g["ranks"]))
         row["hostlist"] = hostlist(g["hosts"])
         row["constraints"] = ",".join(sorted(g["not_enforced"] or {})) or None
+        row["never"] = ",".join(sorted(g["unenforceable"] or {})) or None
         rows.append(row)
         where = f"rank{'s' if len(g['ranks']) > 1 else ''} {row['idset']} ({row['hostlist']})"
         if g["detail"]:
             notes.append(f"{where}: {g['state']}: {g['detail']}")
         for name, reason in sorted((g["not_enforced"] or {}).items()):
             notes.append(f"{where}: {name} not enforced: {reason}")
+        by_reason = {}  # the host's constraints never enforced, one line per reason
+        for name, reason in sorted((g["unenforceable"] or {}).items()):
+            by_reason.setdefault(reason, []).append(name)
+        for reason, names in by_reason.items():
+            notes.append(f"{where}: {','.join(names)} unenforceable: {reason}")
     return render(COLUMNS, rows) + notes

@@ -4,6 +4,7 @@
 - ``mapper/``: the sdexec-mapper module's logic (a job's R to unit properties), ``map`` its CLI;
 - ``cgroups``: where a process's cgroups are, on the three layouts;
 - ``enforcement`` (with ``limit_rules``, ``device_rules``, ``verdicts``): the post-start check;
+- ``unenforceable``: what this host's user manager never applies, and what it does to a check;
 - ``hostlimits``: the host figures systemd scales ``N%`` limits by.
 
 All pure (stdlib only, libhwloc through cffi for the mapper); the reads are in ``adapters``.

@@ -2,7 +2,8 @@
 
 A Verdict says, for one constraint of one start, whether the kernel enforces it
 (ENFORCED, NOT_ENFORCED, NOT_CHECKABLE), why, and which hierarchy decided (``v2``,
-``v1:<controller>``, ``none``).
+``v1:<controller>``, ``none``). UNENFORCEABLE is a NOT_ENFORCED verdict of a constraint this
+host's manager never applies (``unenforceable``): counted apart, it fails no exec.
 """
 
 import re
@@ -13,7 +14,8 @@ from flux_sdexec.containment.cgroups import V2
 ENFORCED = "enforced"
 NOT_ENFORCED = "not-enforced"
 NOT_CHECKABLE = "not-checkable"
-OUTCOMES = (ENFORCED, NOT_ENFORCED, NOT_CHECKABLE)
+UNENFORCEABLE = "unenforceable"
+OUTCOMES = (ENFORCED, NOT_ENFORCED, NOT_CHECKABLE, UNENFORCEABLE)
 NOWHERE = "none"
 
 Verdict = namedtuple("Verdict", "constraint outcome reason hierarchy", defaults=(NOWHERE,))
@@ -44,7 +46,8 @@ def reason_class(reason):
 
 
 class Tally:
-    """Per constraint, how many starts had it enforced / not enforced / not checkable.
+    """Per constraint, how many starts had it enforced / not enforced / not checkable /
+    unenforceable.
 
     Each reason a constraint was not enforced is reported once per class (``reason_class``,
     with the outcome and hierarchy), so a reason naming a pid or a job's values does not

@@ -62,6 +62,7 @@ class SdexecModule(BrokerModule):
                 debug=config.sdexec_debug(conf),
                 unload_policy=config.sdexec_unload(conf),
                 containment_check=config.containment_check(conf),
+                containment_required=config.containment_required(conf),
                 broker_pid=_attr(h, "broker.pid"),
                 module_file=str(Path(__file__).resolve()),
                 systemd_timeout=config.systemd_timeout(conf),
@@ -158,11 +159,12 @@ class SdexecModule(BrokerModule):
             raise OSError(errno.EPROTO, "Error unpacking config-reload request")
         debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
         check = config.containment_check(conf)
+        required = config.containment_required(conf)
         budget = config.systemd_timeout(conf)  # every key is checked before any is applied
         interval = config.orphan_check_interval(conf)
         grace = config.restart_grace(conf)
         self.service.debug, self.service.unload_policy = debug, policy
-        self.service.containment.policy = check
+        self.service.containment.configure(check, required)  # the host's set read again
         self.service.calls.budget = budget
         self.service.orphans.interval = interval
         self.service.restart_grace = grace

@@ -61,7 +61,8 @@ test_sdexec_cli() {
 			jq -e --slurpfile s stats.$r ".ranks[$r] | .state == \"ok\" and
 				.version == \"$version\" and .module == \"$SDEXEC_MODULE\" and
 				.systemd == \$s[0].systemd.kind and .via == \$s[0].systemd.via and
-				.reconnects == 0 and .adopted == 0 and .running == 0" status.json || return 1
+				.reconnects == 0 and .adopted == 0 and .running == 0 and
+				.unenforceable == \$s[0].containment.unenforceable" status.json || return 1
 		done
 	'
 	test_expect_success 'map prints what flux python -m flux_sdexec.map prints, errors too' '
@@ -211,7 +212,7 @@ test_sdexec_cli() {
 		sdexec_wait_until sdexec_rank_ok 1 &&
 		flux sdexec status >status-end.out &&
 		test_debug "cat status-end.out" &&
-		rows status-end.out | grep -E "^ok +1 +1 .* 2 +1 +1 +2 +[-a-z]+ +warn " &&
+		rows status-end.out | grep -E "^ok +1 +1 .* 2 +1 +1 +2 +[-a-z]+ +[-A-Za-z,]+ +warn " &&
 		flux sdexec units -r 1 >units-adopted.out &&
 		test_debug "cat units-adopted.out" &&
 		rows units-adopted.out | grep -E "^ *1 +kept-1:$SDEXEC_INSTANCE.service +- +running +[0-9]+ +[-0-9T:]+ +kept +-\$" &&

@@ -8,8 +8,19 @@ MODULE = "/usr/local/libexec/flux-sdexec/sdexec.py"
 CPU_REASON = "cpuset.cpus unavailable (is cpuset controller delegated to the user instance?)"
 
 
-def stats(policy="enforce", constraints=None, running=0, zombie=0, adopted=0, reconnects=0):
+def stats(
+    policy="enforce",
+    constraints=None,
+    running=0,
+    zombie=0,
+    adopted=0,
+    reconnects=0,
+    unenforceable=None,
+    layout="hybrid",
+):
     """A stats-get answer of our module (the fields status reads, as the module sends them)."""
+    containment = {"policy": policy, "layout": layout, "constraints": constraints or {}}
+    containment.update(unenforceable=unenforceable or {}, required=[])
     return {
         "procs": {},
         "version": "0.1.0",
@@ -18,7 +29,7 @@ def stats(policy="enforce", constraints=None, running=0, zombie=0, adopted=0, re
         "reconnects": reconnects,
         "tracked": {"starting": 0, "running": running, "finished": 0, "zombie": zombie},
         "adopted": adopted,
-        "containment": {"policy": policy, "layout": "hybrid", "constraints": constraints or {}},
+        "containment": containment,
     }
 
 
@@ -44,6 +55,7 @@ def test_judge_our_module_healthy():
         "layout": "hybrid",
         "policy": "enforce",
         "not_enforced": {},
+        "unenforceable": {},
         "tracked": 3,
         "running": 2,
         "zombie": 1,
@@ -126,6 +138,7 @@ def test_lines_one_row_per_group_then_reasons_and_problems():
         "ZOMBIE",
         "ADOPTED",
         "CGROUPS",
+        "UNENFORCEABLE",
         "POLICY",
         "NOT-ENFORCED",
         "MODULE",
@@ -143,13 +156,64 @@ def test_lines_one_row_per_group_then_reasons_and_problems():
         "0",
         "0",
         "hybrid",
+        "-",
         "warn",
         "AllowedCPUs",
         MODULE,
     ]
-    assert text[2].split() == ["unreachable", "1", "3", "n3"] + ["-"] * 11
+    assert text[2].split() == ["unreachable", "1", "3", "n3"] + ["-"] * 12
     assert text[3:] == [
         f"ranks 0-2 (n0+n1+n2): AllowedCPUs not enforced: {CPU_REASON}",
         "rank 3 (n3): unreachable: no answer within 5s",
     ]
     assert text[1].index("0.1.0") == text[0].index("VERSION")
+
+
+DEVICE_REASON = "systemd's user manager does not apply device policies (systemd#23198)"
+UNIFIED_DEVICES = {"DeviceAllow": DEVICE_REASON, "DevicePolicy": DEVICE_REASON}
+
+
+def unenforceable_entry(n):
+    """A constraint's tally entry whose ``n`` starts found it unenforceable."""
+    return {
+        "enforced": 0,
+        "not-enforced": 0,
+        "not-checkable": 0,
+        "unenforceable": n,
+        "last_reason": f"unified: {DEVICE_REASON}",
+    }
+
+
+def test_unenforceable_constraints_are_shown_and_healthy():
+    """A unified rank under enforce whose job shells ran without their device policy: the
+    rank is ok (the jobs ran by design), the record holds what the host never enforces and
+    why; counted unenforceable starts are not not-enforced."""
+    answer = stats(
+        "enforce",
+        {"DevicePolicy": unenforceable_entry(4)},
+        unenforceable=UNIFIED_DEVICES,
+        layout="unified",
+    )
+    r = report.judge(0, "n0", answer)
+    assert (r["state"], r["healthy"], r["not_enforced"]) == ("ok", True, {})
+    assert r["unenforceable"] == UNIFIED_DEVICES
+    old = stats("enforce")
+    del old["containment"]["unenforceable"]  # a module from before: no such key
+    assert report.judge(0, "n0", old)["unenforceable"] == {}
+
+
+def test_unenforceable_column_and_one_line_per_reason():
+    """One row per rank group with an UNENFORCEABLE column beside CGROUPS; under the table,
+    one line per reason naming its constraints; ranks with another set get their own row."""
+    records = [
+        report.judge(r, f"n{r}", stats(unenforceable=UNIFIED_DEVICES, layout="unified"))
+        for r in range(2)
+    ] + [report.judge(2, "n2", stats())]
+    text = report.lines(report.fold(records), hostlist=lambda hosts: "+".join(hosts))
+    header = text[0].split()
+    column = header.index("UNENFORCEABLE")
+    assert header[column - 1 : column + 2] == ["CGROUPS", "UNENFORCEABLE", "POLICY"]
+    assert [row.split()[column] for row in text[1:3]] == ["DeviceAllow,DevicePolicy", "-"]
+    assert text[3:] == [
+        f"ranks 0-1 (n0+n1): DeviceAllow,DevicePolicy unenforceable: {DEVICE_REASON}"
+    ]

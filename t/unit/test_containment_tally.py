@@ -71,7 +71,7 @@ def test_at_most_logged_max_classes_then_one_line_saying_so(monkeypatch):
         "".join(string.ascii_lowercase[(n // 26**i) % 26] for i in range(3)) for n in range(1000)
     )
     verdicts = iter([Verdict("CPUQuota", NOT_ENFORCED, f"reason {w}")] for w in words)
-    monkeypatch.setattr(cgroup, "check_containment", lambda pid, wanted, unit: next(verdicts))
+    monkeypatch.setattr(cgroup, "check_containment", lambda pid, wanted, unit, proc: next(verdicts))
     log = Log()
     checker = cgroup.ContainmentChecker(log, "warn")
     spec = PostStartCheck({"CPUQuota": "20%"}, constrained=False)

@@ -11,6 +11,7 @@ from flux_sdexec.containment.enforcement import (
     ENFORCED,
     NOT_CHECKABLE,
     NOT_ENFORCED,
+    UNENFORCEABLE,
     PostStartCheck,
 )
 from flux_sdexec.errors import RequestError
@@ -73,6 +74,7 @@ def test_tally_counts_and_reports_each_reason_once():
             ENFORCED: 2,
             NOT_ENFORCED: 0,
             NOT_CHECKABLE: 0,
+            UNENFORCEABLE: 0,
             "last_reason": "",
             "hierarchy": "none",
             "last_read": "",
@@ -81,6 +83,7 @@ def test_tally_counts_and_reports_each_reason_once():
             ENFORCED: 0,
             NOT_ENFORCED: 2,
             NOT_CHECKABLE: 0,
+            UNENFORCEABLE: 0,
             "last_reason": "memory.max unavailable",
             "hierarchy": "none",
             "last_read": "memory.max unavailable",
@@ -111,3 +114,43 @@ def test_bad_policy_is_refused(value):
     with pytest.raises(RequestError) as exc:
         config.containment_check({"sdexec": {"containment-check": value}})
     assert "sdexec.containment-check must be one of enforce, warn, off" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "conf, required",
+    [
+        ({}, ()),
+        ({"sdexec": {"containment-required": []}}, ()),
+        (
+            {"sdexec": {"containment-required": ["DevicePolicy", "MemoryMax", "DevicePolicy"]}},
+            ("DevicePolicy", "MemoryMax"),
+        ),
+    ],
+)
+def test_containment_required(conf, required):
+    """sdexec.containment-required: constraint names, each once, in order (default none)."""
+    assert config.containment_required(conf) == required
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (
+            ["MemoryMax", "Foo"],
+            "sdexec.containment-required[1]: 'Foo' is not a containment constraint (one of "
+            + ", ".join(enforcement.CONSTRAINTS)
+            + ")",
+        ),
+        ([5], "sdexec.containment-required[0]: 5 is not a containment constraint (one of "),
+        (
+            "DevicePolicy",
+            "sdexec.containment-required must be an array of constraint names: got"
+            " 'DevicePolicy'",
+        ),
+    ],
+)
+def test_bad_containment_required_is_refused(value, text):
+    """An unknown name is refused naming the entry, like the other keys; so is a non-array."""
+    with pytest.raises(RequestError) as exc:
+        config.containment_required({"sdexec": {"containment-required": value}})
+    assert exc.value.strerror.startswith(text)

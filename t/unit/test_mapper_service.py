@@ -53,7 +53,9 @@ def test_lazy_and_fetched_once():
 
 
 def test_default_stats():
-    """Stats name our default class and count successful lookups only."""
+    """Stats name the default mapper as flux-core reports it (its t2416 compares
+    ``mapper_class`` with ``flux.sdexec.map.HwlocMapper``), the class built, ours, as
+    ``mapper_impl``, and count successful lookups only."""
     svc = MapperService(0, {}, Fetch(xml("synthetic")))
     svc.lookup(R)
     with pytest.raises(OSError):
@@ -62,7 +64,8 @@ def test_default_stats():
         )
     assert svc.stats() == {
         "config": {
-            "mapper_class": "flux_sdexec.map.HwlocMapper",
+            "mapper_class": "flux.sdexec.map.HwlocMapper",
+            "mapper_impl": "flux_sdexec.map.HwlocMapper",
             "mapper_searchpath": "",
             "allowed_device_patterns": [],
             "allowed_devices": [],
@@ -90,7 +93,29 @@ def test_custom_mapper_from_searchpath(tmp_path):
     try:
         assert svc.lookup(R) == {"MemoryHigh": "1G", "DevicePolicy": "closed"}
         assert svc.stats()["config"]["mapper_class"] == "sitemap.SiteMapper"
+        assert svc.stats()["config"]["mapper_impl"] == "sitemap.SiteMapper"
         assert svc.stats()["config"]["mapper_searchpath"] == str(tmp_path)
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_reload_back_to_the_default_names_it_as_flux_core_does(tmp_path):
+    """After a custom mapper, a config naming none reports flux-core's default name again
+    (t2416's 'revert to default mapper'), and ours as the class built."""
+    (tmp_path / "sitemap2.py").write_text(CUSTOM)
+    svc = MapperService(
+        0,
+        conf(mapper="sitemap2.SiteMapper", mapper_searchpath=str(tmp_path)),
+        Fetch(xml("synthetic")),
+    )
+    try:
+        svc.lookup(R)
+        svc.reconfigure({})
+        config = svc.stats()["config"]
+        assert (config["mapper_class"], config["mapper_impl"]) == (
+            "flux.sdexec.map.HwlocMapper",
+            "flux_sdexec.map.HwlocMapper",
+        )
     finally:
         sys.path.remove(str(tmp_path))
 

@@ -12,7 +12,10 @@ import sys
 
 from flux_sdexec.containment.mapper import allowed
 
-DEFAULT_MAPPER = "flux_sdexec.map.HwlocMapper"
+DEFAULT_MAPPER = "flux_sdexec.map.HwlocMapper"  # the class built when the config names none
+# ...and what stats call it then (``mapper_class``): flux-core's name for its default, which
+# flux-core's t2416 expects; ``mapper_impl`` names the class built
+FLUX_CORE_DEFAULT = "flux.sdexec.map.HwlocMapper"
 
 
 def load_class(name):
@@ -103,12 +106,18 @@ class MapperService:
         return props
 
     def stats(self):
-        """``flux module stats sdexec-mapper``: configuration and successful lookups."""
+        """``flux module stats sdexec-mapper``: configuration and successful lookups.
+
+        ``mapper_class`` is the configured name, or flux-core's name for the default mapper
+        when none is configured (as flux-core's module reports it); ``mapper_impl`` is the
+        fully-qualified name of the class built (ours for the default).
+        """
         if self._mapper is None:
             self._init_mapper()
         return {
             "config": {
-                "mapper_class": self.settings.mapper or DEFAULT_MAPPER,
+                "mapper_class": self.settings.mapper or FLUX_CORE_DEFAULT,
+                "mapper_impl": self.settings.mapper or DEFAULT_MAPPER,
                 "mapper_searchpath": self.settings.searchpath,
                 "allowed_device_patterns": list(self.settings.patterns),
                 "allowed_devices": allowed.expand(self.settings.allowed, self._dev),
