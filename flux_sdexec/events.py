@@ -109,9 +109,13 @@ class GraceExpired:
 @dataclass(frozen=True)
 class Unloading:
     """The module is unloading: answer what is owed, then stop the unit, or with
-    ``keep`` leave it running for the next sdexec to adopt (see handoff.py)."""
+    ``keep`` leave it running for the next sdexec to adopt (see handoff.py). A kept unit's
+    parked wait is let go unanswered when not ``answer_wait``: at a shutdown the running
+    jobs outlive, its waiter (job-exec) goes with the same shutdown, and an answer, an
+    error, would end the job the restarted instance reattaches to."""
 
     keep: bool = False
+    answer_wait: bool = True
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,13 @@ def guard_command(broker_pid, units, after_exit=0):
     return ["/bin/sh", "-c", _GUARD_SCRIPT, "sdexec-guard", pid, grace, after, *sorted(units)]
 
 
+def answers_waits(broker_state, jobs_outlive_shutdown):
+    """Whether the unload answers the parked waits of the units it keeps (ENOSYS): not at a
+    shutdown the running jobs outlive, where the waiter, job-exec, goes with the same
+    shutdown and a failed wait would end the job it hands over (events.Unloading)."""
+    return broker_state == RUN_STATE or not jobs_outlive_shutdown
+
+
 def guard_after_exit(broker_state, restart_grace):
     """Seconds the guard waits after the broker's exit: none when sdexec alone was unloaded
     (the broker runs on: its exit means the instance ended), the restart grace otherwise."""

@@ -213,7 +213,11 @@ def unloading(p, event, out):
     if p.owes_exec_response:
         out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT))
     if p.waiter is not None:
-        out.append(AnswerWait(p.waiter, error=(errno.ENOSYS, UNLOADING_TEXT)))
+        if event.keep and not event.answer_wait:
+            why = "the shutdown hands the unit to the restarted instance"
+            out.append(Log(syslog.LOG_INFO, f"{p.unit.name}: its wait is left unanswered: {why}"))
+        else:
+            out.append(AnswerWait(p.waiter, error=(errno.ENOSYS, UNLOADING_TEXT)))
         p.waiter = None
     if event.keep:  # handed over to the next sdexec (handoff.py): it adopts the unit
         what = f"{p.unit.name} ({p.unit.state}, pid {p.pid})"

@@ -240,6 +240,7 @@ class SdexecService:
         )
         slices = self.accounting.slices(p for p in self.registry if p.unit.name in keep)
         stays = handoff.instance_stays(self.unload_policy, broker_state, outlive)
+        answer_waits = handoff.answers_waits(broker_state, outlive)
         if not stays and len(self.registry):
             self.log.info(
                 f"unload ({self.unload_policy}, broker state {broker_state}): stopping every unit"
@@ -259,7 +260,7 @@ class SdexecService:
         self.holds.hand_over()
         self.keepers.hand_over(keep)
         for p in self.registry:
-            self.feed(p, Unloading(keep=p.unit.name in keep))
+            self.feed(p, Unloading(keep=p.unit.name in keep, answer_wait=answer_waits))
         try:
             if teardown.ensure_connected(self.bridge, self.log):
                 for unit in units:  # the stops just sent were lost with the connection

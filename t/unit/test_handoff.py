@@ -137,6 +137,30 @@ def test_a_kept_unit_is_logged_not_stopped_and_its_parked_wait_gets_enosys():
     assert p.state is ProcState.DONE
 
 
+def test_at_a_shutdown_its_jobs_outlive_a_kept_units_wait_is_not_answered():
+    """Unloading(keep=True, answer_wait=False), a shutdown the running jobs outlive: the
+    waiter is job-exec, unloaded by the same shutdown, and any answer (an error) would end
+    the job it hands to the restarted instance (bgexec raises a fatal exception on a failed
+    wait). The wait is let go, saying so; the restarted job-exec waits again."""
+    p = running("run:t1.service")
+    waiter = object()
+    handle(p, WaitRequested(waiter))
+    pid = pid_of("sigterm")
+    assert handle(p, Unloading(keep=True, answer_wait=False)) == [
+        Log(
+            syslog.LOG_INFO,
+            "run:t1.service: its wait is left unanswered: the shutdown hands the unit to the"
+            " restarted instance",
+        ),
+        Log(
+            syslog.LOG_INFO,
+            f"left running for the next sdexec: run:t1.service (active.running, pid {pid})",
+        ),
+        Reap(),
+    ]
+    assert p.state is ProcState.DONE and p.waiter is None
+
+
 def test_an_unkept_unit_is_still_stopped():
     """Unloading() of the same process without keep stops its unit, as before."""
     p = running("run:t1.service")
