@@ -11,7 +11,7 @@
 #                  current directory always is; libtool wrappers in flux-core's build tree
 #                  hold absolute paths, so it is shared where it is too
 #   --timeout S    power the guest off after S seconds (default 1500) and fail with 124
-#   --smp N        virtual CPUs (default VM_SMP, else 4: flux-core's t2416 runs its MULTICORE
+#   --smp N        virtual CPUs (default VM_SMP, else 3: flux-core's t2416 runs its MULTICORE
 #                  tests only with more than 2 cores)
 #
 # Environment: VM_DIR (the image, default /var/tmp/flux-sdexec/v2vm), VM_MEM (MiB, default
@@ -21,7 +21,7 @@
 set -uo pipefail
 VM_DIR=${VM_DIR:-/var/tmp/flux-sdexec/v2vm}
 die() { echo "vm: $*" >&2; exit 1; }
-shares=("$PWD") timeout=1500 smp=${VM_SMP:-4}
+shares=("$PWD") timeout=1500 smp=${VM_SMP:-3}
 while [ $# -gt 0 ]; do
     case $1 in
     --share) shares+=("$(cd "$2" && pwd)") || die "--share $2: no such folder"; shift 2 ;;

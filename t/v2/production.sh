@@ -33,11 +33,12 @@ as_guest() {
     runuser -u "$_g" -- env FLUX_URI=$PROD_URI "$@"
 }
 
-# flux_units: the instance's units (job shells, their accounting slices, the guard) in the
-# flux user's manager, one a line.
+# flux_units: the instance's units (job shells: bulk-exec names its IMP units itself, without
+# the instance part; their accounting slices; the guard) in the flux user's manager, a line
+# each.
 flux_units() {
     as_flux systemctl --user list-units --all --plain --no-legend \
-        '*:sys.service' '*:sys.slice' 'sdexec-guard-*' | awk '{print $1}'
+        '*:sys.service' 'imp-shell-*' 'shell-*' 'app-sdexec-*' 'sdexec-guard-*' | awk '{print $1}'
 }
 
 # wait_until SECONDS COMMAND...: poll COMMAND every half second until it succeeds; bounded.
