@@ -4,9 +4,10 @@ test_description='resource containment: our sdexec-mapper, SDEXEC_R_LOCAL in sde
 Two brokers, [exec] sdexec-constrain-resources = true, so rc1 loads our
 sdexec-mapper (conf.d/sdexec.toml names it) and job-exec sends each job shell
 with SDEXEC_R_LOCAL. sdexec asks the mapper and starts the unit with the mapped
-properties (logged with sdexec-debug). This machine'"'"'s cgroup v2 has no cpuset
-controller for the user instance, so the post-start AllowedCPUs check then fails
-every constrained job with EIO and drains its rank: that is tested as it is.
+properties (logged with sdexec-debug). Where the user instance has no cpuset controller
+(this machine'"'"'s hybrid layout) the post-start AllowedCPUs check then fails every
+constrained job with EIO and drains its rank: that is tested as it is; where it has one
+(unified, cpuset delegated: the v2 guest) the job runs.
 Lookups pending across a disconnect or an unload, and allowed-devices: t0044.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
@@ -18,6 +19,8 @@ sdexec_under_flux 2 jobs
 . "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
 . "$SDEXEC_SRCDIR/t/lib/sharness-limits.sh"
 # why AllowedCPUs is not enforced on this machine's layout (t0013 checks that it is not)
+limits_probe cpuset
+test_have_prereq CPUSET_APPLIED || test_set_prereq CPUSET_NOT_APPLIED
 case $LAYOUT in
 unified) CPUSET_REASON="unified: v2 cpuset.cpus.effective unavailable (is cpuset controller delegated to the user instance?)" ;;
 *) CPUSET_REASON="$LAYOUT: v1 cpuset.cpus not read: the unit has no v1 cpuset cgroup (systemd sets AllowedCPUs only on cgroup v2)" ;;
@@ -90,7 +93,16 @@ test_expect_success HWLOC_CALC 'the CPUs and NUMA nodes are what hwloc-calc says
 	ids "$(jq -r .AllowedMemoryNodes lookup.out)" >numa.out &&
 	test_cmp numa.expected numa.out
 '
-test_expect_success 'a job shell unit starts with the mapped properties, fails its check, drains' '
+test_expect_success CPUSET_APPLIED 'a job shell unit starts with the mapped properties and runs: the kernel applies them' '
+	id=$(flux submit -N1 -n1 --requires=rank:1 true) &&
+	flux job wait-event -t $T $id clean &&
+	test "$(flux job status $id; echo $?)" = 0 &&
+	unit=shell-1-$(flux job id --to=f58plain $id).service &&
+	rank1_log | sed -n "s/.* $unit: started with mapped properties //p" >mapped.json &&
+	jq -e ".AllowedCPUs and .AllowedMemoryNodes and .DevicePolicy and .DeviceAllow and .MemoryMax" \
+		mapped.json
+'
+test_expect_success CPUSET_NOT_APPLIED 'a job shell unit starts with the mapped properties, fails its check, drains' '
 	id=$(flux submit -N1 -n1 --requires=rank:1 true) &&
 	job_exception $id >note.out &&
 	host=$(flux exec -r 1 hostname) &&
@@ -113,7 +125,7 @@ test_expect_success 'a job shell unit starts with the mapped properties, fails i
 	jq -e ".AllowedCPUs and .AllowedMemoryNodes and .DevicePolicy and .DeviceAllow and .MemoryMax" \
 		mapped.json
 '
-test_expect_success 'an exec with SDEXEC_R_LOCAL fails the same check with EIO' '
+test_expect_success CPUSET_NOT_APPLIED 'an exec with SDEXEC_R_LOCAL fails the same check with EIO' '
 	test_expect_code 1 $sdexec -r 1 --setopt=SDEXEC_R_LOCAL="$(r_local 1 0)" true 2>eio.err &&
 	grep "AllowedCPUs not enforced" eio.err
 '

@@ -28,13 +28,40 @@ part_upstream() {
         t2416-sdexec-constrain-resources t2421-sdexec-bg}" scripts/check-upstream.sh
 }
 
+# suites DIR SCRIPT...: run each sharness SCRIPT of DIR verbosely, its log in results/,
+# and print its counts and the tests that failed; 1 when any failed.
+suites() {
+    _dir=$1 _rc=0
+    shift
+    for _t in "$@"; do
+        _log=$results/${_t%.t}.log
+        (cd "$_dir" && timeout -k 10 1200 "./$_t" -v) >"$_log" 2>&1
+        _trc=$?
+        _pass=$(grep -c -E '^ok [0-9]+' "$_log")
+        _skip=$(grep -c -E '^ok [0-9]+ # skip' "$_log")
+        _fail=$(grep -c -E '^not ok [0-9]+' "$_log")
+        _all=$(sed -n 's/^1\.\.0 # SKIP[[:space:]]*//p' "$_log")
+        if [ -n "$_all" ]; then
+            echo "${_t%.t}: SKIPPED: $_all"
+        else
+            echo "${_t%.t}: $((_pass - _skip)) passed, $_fail failed, $_skip skipped"
+        fi
+        if [ $_trc -ne 0 ] || [ "$_fail" -ne 0 ]; then
+            _rc=1
+            grep -E '^not ok [0-9]+' "$_log" | sed 's/^/    /'
+            echo "    (exit $_trc; log: $_log)"
+        fi
+    done
+    return $_rc
+}
+
 part_ours() {
-    (cd t && prove --timer ${V2_OURS:-t0011-sdexec-mapper.t t0013-sdexec-containment-check.t
-        t0016-sdexec-kernel-limits.t t0031-sdexec-usage.t t0045-sdexec-containment-v2.t})
+    suites t ${V2_OURS:-t0011-sdexec-mapper.t t0013-sdexec-containment-check.t
+        t0016-sdexec-kernel-limits.t t0031-sdexec-usage.t t0045-sdexec-containment-v2.t}
 }
 
 part_production() {
-    (cd t/v2 && prove --timer t03*.t)
+    suites t/v2 t0301-v2-flux-service.t
 }
 
 say "$(uname -sr), systemd $(systemctl --version | sed -n 's/^systemd \([0-9]*\).*/\1/p')" \
