@@ -14,7 +14,7 @@ import os
 import stat
 
 from flux_sdexec.containment import cgroups, enforcement, unenforceable
-from flux_sdexec.adapters import host
+from flux_sdexec.adapters import device_programs, host
 from flux_sdexec.values import parse_idset
 
 HINT = "(is cpuset controller delegated to the user instance?)"
@@ -128,25 +128,35 @@ def detect_layout(proc="/proc"):
         return "unknown"
 
 
-def host_unenforceable(proc="/proc"):
+def host_unenforceable(proc="/proc", privileged=None):
     """``{constraint: reason}`` this host's systemd user manager can never apply, from its
-    cgroup mounts (``unenforceable.unenforceable``); empty when mountinfo cannot be read."""
+    cgroup mounts (``unenforceable.unenforceable``); empty when mountinfo cannot be read.
+    ``privileged``: the manager runs as root (sdexec runs as its manager's user: by default,
+    whether this process is root)."""
     try:
         mounts = cgroup_mounts(proc)
     except OSError:
         return {}
-    return unenforceable.unenforceable(cgroups.layout(mounts), "devices" in mounts)
+    if privileged is None:
+        privileged = os.geteuid() == 0
+    return unenforceable.unenforceable(
+        cgroups.layout(mounts), "devices" in mounts, privileged=privileged
+    )
 
 
-def unit_cgroups(pid, proc="/proc", device_allow=None):
-    """The ``enforcement.UnitCgroups`` of ``pid`` (OSError when /proc cannot say)."""
+def unit_cgroups(pid, proc="/proc", device_allow=None, programs=device_programs.attached):
+    """The ``enforcement.UnitCgroups`` of ``pid`` (OSError when /proc cannot say).
+    ``programs(path)``: the BPF device programs attached to a cgroup directory, or None."""
     mounts = cgroup_mounts(proc)
     paths = cgroups.parse_proc_cgroup(_read(f"{proc}/{pid}/cgroup"))
 
-    def read(hierarchy, directory, name):
+    def where(hierarchy, directory):
         mount, root = mounts[hierarchy]
+        return cgroups.fs_path(mount, root, directory)
+
+    def read(hierarchy, directory, name):
         try:
-            return _read(os.path.join(cgroups.fs_path(mount, root, directory), name))
+            return _read(os.path.join(where(hierarchy, directory), name))
         except OSError:
             return None
 
@@ -155,13 +165,14 @@ def unit_cgroups(pid, proc="/proc", device_allow=None):
         {h: path for h, path in paths.items() if h in mounts},
         read,
         _device_numbers(device_allow),
+        lambda hierarchy, directory: programs(where(hierarchy, directory)),
     )
 
 
-def check_containment(pid, wanted, unit_name, proc="/proc"):
+def check_containment(pid, wanted, unit_name, proc="/proc", programs=device_programs.attached):
     """Verdicts (``enforcement.check``) for ``wanted`` against the cgroups of ``pid``."""
     try:
-        cg = unit_cgroups(pid, proc, wanted.get("DeviceAllow"))
+        cg = unit_cgroups(pid, proc, wanted.get("DeviceAllow"), programs)
     except (OSError, ValueError) as exc:
         why = getattr(exc, "strerror", None) or str(exc)
         return [
@@ -190,11 +201,13 @@ class ContainmentChecker:
         required: ``sdexec.containment-required``.
         proc: the /proc the host is read from (tests).
         memo: called for a constrained exec that runs with UNENFORCEABLE verdicts.
+        privileged: the manager runs as root (default: whether this process is root).
     """
 
-    def __init__(self, log, policy, required=(), proc="/proc", memo=None):
+    def __init__(self, log, policy, required=(), proc="/proc", memo=None, privileged=None):
         self.log = log
         self.proc = proc
+        self.privileged = privileged
         self.memo = memo
         self.tally = enforcement.Tally()
         self.configure(policy, required)
@@ -204,7 +217,7 @@ class ContainmentChecker:
         this host's unenforceable constraints read again; under ``enforce`` a required one
         that this host never enforces is logged as an error: every job asking for it fails."""
         self.policy, self.required = policy, tuple(required)
-        self.unenforceable = host_unenforceable(self.proc)
+        self.unenforceable = host_unenforceable(self.proc, self.privileged)
         if policy != "enforce":
             return
         for name, reason in unenforceable.required_conflicts(

@@ -1,8 +1,10 @@
 """The verdict rules for DeviceAllow and DevicePolicy. Pure: stdlib only.
 
 v1: the ``devices.list`` of the unit's own devices cgroup must not allow everything
-(``a *:* rwm``) and must hold each DeviceAllow node the adapter resolved. v2: systemd's
-*user* manager attaches no device program (systemd issue #23198), so not enforced. A
+(``a *:* rwm``) and must hold each DeviceAllow node the adapter resolved. v2: enforced when a
+BPF device program is attached to the unit's cgroup (root's manager attaches one; only root
+may ask the kernel); an unprivileged *user* manager attaches none (systemd issue #23198), so
+not enforced. A
 multi-user job's shell runs under flux-security's IMP, which applies the device policy
 itself; job-exec names such units ``imp-shell-…``, and for them a device policy sdexec cannot
 see is NOT_CHECKABLE rather than failed.
@@ -47,15 +49,30 @@ def _allows(entries, node, perms):
     )
 
 
+def _programs(unit):
+    """BPF device programs on the unit's own cgroup v2 directory, None when not known."""
+    if unit.cg.programs is None or unit.layout == LEGACY or unit.own(V2) is None:
+        return None
+    return unit.cg.programs(V2, unit.own(V2))
+
+
 def devices(name, want, wanted, unit):
     multiuser = is_multiuser_unit(unit.name)
     if "devices" not in unit.cg.paths:
+        where = V2 if unit.layout != LEGACY else None
+        programs = _programs(unit)
+        if programs:
+            text = f"v2 BPF device programs attached to the unit's cgroup: {programs}"
+            return Verdict(name, ENFORCED, unit.reason(text), hierarchy_label(V2))
+        if name == "DevicePolicy" and want == "auto" and "DeviceAllow" not in wanted:
+            text = "DevicePolicy=auto restricts nothing"
+            return Verdict(name, ENFORCED, unit.reason(text), hierarchy_label(where))
         if multiuser:
             return Verdict(name, NOT_CHECKABLE, unit.reason(IMP_DEVICES), hierarchy_label(V2))
-        where = V2 if unit.layout != LEGACY else None
-        return Verdict(
-            name, NOT_ENFORCED, unit.reason(USER_MANAGER_DEVICES), hierarchy_label(where)
-        )
+        reason = USER_MANAGER_DEVICES
+        if programs == 0:
+            reason = "no BPF device program is attached to the unit's cgroup"
+        return Verdict(name, NOT_ENFORCED, unit.reason(reason), hierarchy_label(where))
     label = hierarchy_label("devices")
     if unit.own("devices") is None:
         if multiuser:

@@ -26,8 +26,9 @@ its v1 hierarchy when one is mounted (hybrid and legacy layouts), else nowhere:
   systemd derives from N% and the period (at least 1 ms).
 - DeviceAllow / DevicePolicy: v1 ``devices.list`` of the unit's own devices cgroup must not
   allow everything (``a *:* rwm``), and must hold each DeviceAllow node the adapter resolved.
-  On v2 systemd's *user* manager attaches no device program (systemd issue #23198): not
-  enforced. A multi-user job's shell runs under flux-security's IMP, which applies the device
+  On v2 the policy is a BPF device program attached to the unit's cgroup: enforced when one
+  is (root's manager attaches it; only root may ask the kernel), else an unprivileged *user*
+  manager attaches none (systemd issue #23198): not enforced. A multi-user job's shell runs under flux-security's IMP, which applies the device
   policy itself; job-exec names such units ``imp-shell-…``, and for them a device policy sdexec
   cannot see is NOT_CHECKABLE rather than failed.
 
@@ -133,13 +134,16 @@ class UnitCgroups:
 
     ``paths``: ``{hierarchy: path}`` of /proc/<pid>/cgroup, mounted hierarchies only;
     ``read(hierarchy, directory, name)``: the text of that file, None when unreadable;
-    ``devices``: ``{DeviceAllow path: "c 7:0"}`` for the device nodes the adapter resolved.
+    ``devices``: ``{DeviceAllow path: "c 7:0"}`` for the device nodes the adapter resolved;
+    ``programs(hierarchy, directory)``: how many BPF device programs are attached to that
+    cgroup v2 directory, None when the kernel does not say (only root may ask).
     """
 
     layout: str
     paths: dict
     read: Callable
     devices: dict = field(default_factory=dict)
+    programs: Callable = None
 
 
 class _Unit:

@@ -6,7 +6,9 @@ applies on a host, whatever the job, and that is known from the cgroup layout at
 
 - DeviceAllow / DevicePolicy with no v1 ``devices`` hierarchy mounted. On the unified layout
   (every site's: systemd as pid 1, cgroup2 only) a device policy is a BPF program the manager
-  attaches, and the user manager attaches none (systemd issue #23198). On a hybrid or legacy
+  attaches, and an unprivileged user manager (the ``flux`` user's) attaches none (systemd
+  issue #23198); root's does (seen in the v2 guest: ``/dev/kmsg`` denied under
+  ``DevicePolicy=closed``), and each start's verdict then reads the program back. On a hybrid or legacy
   layout without the v1 devices controller nothing can apply it. With a v1 devices hierarchy
   (hybrid or legacy, this project's test machine) the user manager writes ``devices.list``
   and the check reads it: nothing here. A multi-user job's shell (``imp-shell-…``) is
@@ -36,7 +38,7 @@ __all__ = [
 NO_V1_DEVICES = "no v1 devices hierarchy is mounted: nothing applies device policies"
 
 
-def unenforceable(layout, v1_devices, user_manager=True):
+def unenforceable(layout, v1_devices, user_manager=True, privileged=False):
     """The constraints this host's manager can never apply, each with its reason.
 
     Args:
@@ -44,6 +46,8 @@ def unenforceable(layout, v1_devices, user_manager=True):
             (the layout is not known) claims nothing.
         v1_devices: whether a v1 ``devices`` hierarchy is mounted.
         user_manager: whether the units belong to a user manager (sdexec's always do).
+        privileged: whether that manager runs as root (root's user manager attaches BPF
+            device programs on v2; an unprivileged one cannot).
 
     Returns:
         ``{constraint: reason}``, empty when the manager may apply every constraint.
@@ -51,8 +55,8 @@ def unenforceable(layout, v1_devices, user_manager=True):
     if v1_devices or layout not in (UNIFIED, HYBRID, LEGACY):
         return {}
     if layout == UNIFIED:
-        if not user_manager:
-            return {}  # the system manager attaches device programs on v2
+        if not user_manager or privileged:
+            return {}  # the system manager, and root's, attach device programs on v2
         reason = USER_MANAGER_DEVICES
     else:
         reason = NO_V1_DEVICES

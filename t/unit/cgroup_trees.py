@@ -69,10 +69,12 @@ class Tree:
         for name, text in files.items():
             (self.unit[hierarchy] / name).write_text(text + "\n")
 
-    def verdicts(self, wanted):
+    def verdicts(self, wanted, programs=lambda path: None):
+        """``{constraint: (outcome, reason, hierarchy)}``; ``programs(path)``: the BPF device
+        programs the kernel says are attached to a cgroup directory (None: it does not say)."""
         return {
             v.constraint: (v.outcome, v.reason, v.hierarchy)
-            for v in cgroup.check_containment(PID, wanted, self.name, str(self.proc))
+            for v in cgroup.check_containment(PID, wanted, self.name, str(self.proc), programs)
         }
 
 

@@ -112,6 +112,30 @@ def test_unified_devices_not_enforced_by_user_manager_unless_the_imp_applies_the
     }
 
 
+def test_unified_devices_enforced_where_a_bpf_device_program_is_attached(tmp_path):
+    """Root's user manager attaches a BPF device program for DevicePolicy (the v2 guest:
+    /dev/kmsg denied under closed): the kernel says so to root, and the verdict is enforced,
+    for a multi-user unit too; a unit with none is not enforced, saying so; a DevicePolicy of
+    auto without DeviceAllow restricts nothing."""
+    wanted = {"DevicePolicy": "closed", "DeviceAllow": "/dev/nvidia0 rw"}
+    single = Tree(tmp_path / "single", cgroups.UNIFIED)
+    seen = []
+
+    def one(path):
+        seen.append(path)
+        return 1
+
+    text = "unified: v2 BPF device programs attached to the unit's cgroup: 1"
+    assert single.verdicts(wanted, one) == {name: (ENFORCED, text, "v2") for name in wanted}
+    assert seen and all(p.endswith(single.name) for p in seen)
+    none = "unified: no BPF device program is attached to the unit's cgroup"
+    assert single.verdicts(wanted, lambda path: 0)["DevicePolicy"] == (NOT_ENFORCED, none, "v2")
+    imp = Tree(tmp_path / "multi", cgroups.UNIFIED, unit="imp-shell-0-fA.service")
+    assert imp.verdicts(wanted, one)["DevicePolicy"] == (ENFORCED, text, "v2")
+    auto = single.verdicts({"DevicePolicy": "auto"}, lambda path: 0)
+    assert auto["DevicePolicy"] == (ENFORCED, "unified: DevicePolicy=auto restricts nothing", "v2")
+
+
 def test_vanished_cgroup_is_not_checkable(unified):
     for f in unified.unit["v2"].iterdir():
         f.unlink()

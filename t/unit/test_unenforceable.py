@@ -57,6 +57,12 @@ def test_v1_layouts_without_a_devices_hierarchy(layout):
     }
 
 
+def test_roots_user_manager_applies_device_policies_on_unified():
+    """Root's user manager attaches BPF device programs on v2 (an unprivileged one cannot):
+    nothing is unenforceable there; each start's verdict reads the program back."""
+    assert unenforceable.unenforceable(cgroups.UNIFIED, False, privileged=True) == {}
+
+
 def test_a_system_manager_or_an_unknown_layout_has_none():
     """The system manager attaches device programs on v2; a layout not known (mountinfo
     unreadable) claims nothing."""
@@ -128,13 +134,13 @@ def test_host_set_from_each_layouts_mounts(tmp_path):
     got = {}
     for layout in (cgroups.UNIFIED, cgroups.HYBRID, cgroups.LEGACY):
         tree = Tree(tmp_path / layout, layout)
-        got[layout] = cgroup.host_unenforceable(str(tree.proc))
+        got[layout] = cgroup.host_unenforceable(str(tree.proc), privileged=False)
     assert got == {cgroups.UNIFIED: DEVICES, cgroups.HYBRID: {}, cgroups.LEGACY: {}}
     bare = Tree(tmp_path / "bare", cgroups.HYBRID)
     mountinfo = bare.proc / "self" / "mountinfo"
     lines = mountinfo.read_text().splitlines()
     mountinfo.write_text("\n".join(x for x in lines if not x.endswith(",devices")) + "\n")
-    assert cgroup.host_unenforceable(str(bare.proc)) == {
+    assert cgroup.host_unenforceable(str(bare.proc), privileged=False) == {
         "DeviceAllow": NO_V1_DEVICES,
         "DevicePolicy": NO_V1_DEVICES,
     }
@@ -156,7 +162,9 @@ class Memos:
 
 def checker(tree, policy="enforce", required=()):
     log, memos = StubLog(), Memos()
-    c = cgroup.ContainmentChecker(log, policy, required, proc=str(tree.proc), memo=memos)
+    c = cgroup.ContainmentChecker(
+        log, policy, required, proc=str(tree.proc), memo=memos, privileged=False
+    )
     return c, log, memos
 
 

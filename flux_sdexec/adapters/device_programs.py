@@ -1,0 +1,40 @@
+"""How many BPF device programs are attached to a cgroup v2 directory (BPF_PROG_QUERY).
+
+On the unified hierarchy a device policy is not a file: systemd (or flux-security's IMP)
+attaches a BPF_CGROUP_DEVICE program to the unit's cgroup. The kernel answers the query only
+to a caller with CAP_NET_ADMIN (root's manager, root's sdexec); anyone else, a directory that
+is no cgroup, or an architecture whose syscall number is not known here gets None: not known.
+"""
+
+import ctypes
+import os
+import platform
+import struct
+
+_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351}
+_BPF_PROG_QUERY = 16
+_BPF_CGROUP_DEVICE = 6
+# union bpf_attr's query: target_fd, attach_type, query_flags, attach_flags (u32 each),
+# prog_ids (u64), prog_cnt (u32); the rest of the buffer stays zero, as the kernel requires.
+_QUERY = struct.Struct("=IIIIQI")
+_ATTR_SIZE = 64
+
+
+def attached(path):
+    """The number of BPF device programs attached to cgroup directory ``path``, or None."""
+    number = _BPF_SYSCALL.get(platform.machine())
+    if number is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        attr = ctypes.create_string_buffer(_ATTR_SIZE)
+        _QUERY.pack_into(attr, 0, fd, _BPF_CGROUP_DEVICE, 0, 0, 0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syscall(number, _BPF_PROG_QUERY, attr, _ATTR_SIZE) != 0:
+            return None
+        return _QUERY.unpack_from(attr, 0)[5]
+    finally:
+        os.close(fd)
