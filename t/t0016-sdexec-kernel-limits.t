@@ -145,7 +145,10 @@ test_expect_success KMSG 'DevicePolicy=closed: the verdict is what the kernel di
 		test $(count DevicePolicy enforced) -eq 1 &&
 		field DevicePolicy last_read >device.read &&
 		test_debug "cat device.read" &&
-		grep -x "$LAYOUT: v1 devices.list allows [0-9]* entries, not every device" device.read
+		case $LAYOUT in
+		unified) grep -x "unified: v2 BPF device programs attached to the unit.s cgroup: [0-9]*" device.read ;;
+		*) grep -x "$LAYOUT: v1 devices.list allows [0-9]* entries, not every device" device.read ;;
+		esac
 	else
 		test $(count DevicePolicy not-enforced) -eq 1 &&
 		field DevicePolicy last_reason | grep "^$LAYOUT: "

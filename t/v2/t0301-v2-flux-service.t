@@ -93,6 +93,27 @@ test_expect_success 'a guest job over its MemoryMax is OOM-killed, the job excep
 	test_debug "cat oom.err" &&
 	grep "job.exception .* type=oom .* killed by the OOM killer, MemoryMax=" oom.err
 '
+test_expect_success 'the owner'"'"'s own job runs without a device policy, and its eventlog says so' '
+	id=$(as_flux flux submit --input=/dev/null -n1 -c1 true) &&
+	as_flux flux job wait-event -t $PROD_TIMEOUT $id clean &&
+	test "$(as_flux flux job status $id; echo $?)" = 0 &&
+	as_flux flux job eventlog $id >owner.eventlog &&
+	test_debug "cat owner.eventlog" &&
+	grep "^[0-9.]* memo .*DevicePolicy.*systemd#23198" owner.eventlog
+'
+test_expect_success 'device policies required: the owner'"'"'s job fails naming it, a guest'"'"'s runs (the IMP applies it)' '
+	printf "[sdexec]\ncontainment-required = [\"DevicePolicy\"]\n" >$PROD_CONF/zz-required.toml &&
+	as_flux flux config reload &&
+	id=$(as_flux flux submit --input=/dev/null -n1 -c1 true) &&
+	as_flux flux job wait-event -t $PROD_TIMEOUT $id clean &&
+	as_flux flux job eventlog $id >required.eventlog &&
+	test_debug "cat required.eventlog" &&
+	grep "exception.*DevicePolicy not enforced: unified: systemd" required.eventlog &&
+	as_flux flux resource undrain 0 &&
+	as_guest fluxguest1 flux run --input=/dev/null -n1 -c1 true &&
+	rm $PROD_CONF/zz-required.toml &&
+	as_flux flux config reload
+'
 test_expect_success 'bgexec: restart flux with the new method, jobs of both guests run' '
 	cat >>$PROD_CONF/system.toml <<-EOF &&
 	method = "bgexec"

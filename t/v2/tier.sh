@@ -57,7 +57,7 @@ suites() {
 
 part_ours() {
     suites t ${V2_OURS:-t0011-sdexec-mapper.t t0013-sdexec-containment-check.t
-        t0016-sdexec-kernel-limits.t t0031-sdexec-usage.t t0045-sdexec-containment-v2.t}
+        t0016-sdexec-kernel-limits.t t0045-sdexec-containment-v2.t}
 }
 
 part_production() {
