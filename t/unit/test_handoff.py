@@ -254,7 +254,9 @@ def test_waitable_units_are_kept_at_a_shutdown_their_jobs_outlive(state):
     assert handoff.instance_stays(handoff.KEEP_WAITABLE, state, jobs_outlive_shutdown=True)
     kept = handoff.units_to_keep(procs, handoff.KEEP_WAITABLE, state, jobs_outlive_shutdown=True)
     assert kept == {"run:t1.service"}
-    assert handoff.units_to_keep(procs, handoff.STOP_ALL, state, jobs_outlive_shutdown=True) == set()
+    assert (
+        handoff.units_to_keep(procs, handoff.STOP_ALL, state, jobs_outlive_shutdown=True) == set()
+    )
 
 
 def test_the_guard_of_a_restart_waits_its_grace_after_the_broker_exits():
