@@ -9,9 +9,9 @@ applies on a host, whatever the job, and that is known from the cgroup layout at
   attaches, and an unprivileged user manager (the ``flux`` user's) attaches none (systemd
   issue #23198); root's does (seen in the v2 guest: ``/dev/kmsg`` denied under
   ``DevicePolicy=closed``), and each start's verdict then reads the program back. On a
-  hybrid or legacy layout without the v1 devices controller nothing can apply it. With a v1 devices hierarchy
-  (hybrid or legacy, this project's test machine) the user manager writes ``devices.list``
-  and the check reads it: nothing here. A multi-user job's shell (``imp-shell-…``) is
+  hybrid or legacy layout without the v1 devices controller nothing can apply it. With a v1
+  devices hierarchy (hybrid or legacy, this project's test machine) the user manager writes
+  ``devices.list`` and the check reads it: nothing here. A multi-user job's shell (``imp-shell-…``) is
   confined by flux-security's IMP, which attaches its own device program; its device verdicts
   are NOT_CHECKABLE already and left alone.
 
