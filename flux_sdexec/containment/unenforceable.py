@@ -11,9 +11,9 @@ applies on a host, whatever the job, and that is known from the cgroup layout at
   ``DevicePolicy=closed``), and each start's verdict then reads the program back. On a
   hybrid or legacy layout without the v1 devices controller nothing can apply it. With a v1
   devices hierarchy (hybrid or legacy, this project's test machine) the user manager writes
-  ``devices.list`` and the check reads it: nothing here. A multi-user job's shell (``imp-shell-…``) is
-  confined by flux-security's IMP, which attaches its own device program; its device verdicts
-  are NOT_CHECKABLE already and left alone.
+  ``devices.list`` and the check reads it: nothing here. A multi-user job's shell
+  (``imp-shell-…``) is confined by flux-security's IMP, which attaches its own device
+  program; its device verdicts are NOT_CHECKABLE already and left alone.
 
 Under ``sdexec.containment-check = "enforce"`` a constraint of that set found not enforced
 does not fail the exec: ``classify`` makes its verdict UNENFORCEABLE (counted apart in the
