@@ -50,7 +50,7 @@ check: setup-check check-unit check-systemd check-flux check-chaos check-site ch
 # sha256 checked), saying what and how long; otherwise nothing changes and it names the
 # commands. (`make check-unit check-systemd` run the tiers that need no flux.)
 setup-check:
-	@scripts/setup.sh python systemd sharness flux
+	@scripts/setup.sh python systemd sharness flux vm
 
 check-unit:
 	@echo "== tier: unit tests (pure core)"

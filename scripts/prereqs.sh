@@ -1,12 +1,13 @@
 #!/bin/bash
 # Check what a make target needs and name the command that provides what is missing.
 #
-# Usage: scripts/prereqs.sh python|systemd|flux|sharness ...
+# Usage: scripts/prereqs.sh python|systemd|flux|sharness|vm ...
 #   python    the tests' PYTHON imports pystemd, pytest and cffi, and flux's interpreter
 #             (FLUX_PYTHON, default what `flux python` runs), which runs our module, pystemd and cffi
 #   systemd   the binaries t/start-user-systemd.sh starts (systemd --user, dbus-daemon)
 #   flux      flux-core >= 0.88 with systemd support on PATH, its interpreter one every user can run
 #   sharness  Debian's sharness library and prove
+#   vm        qemu, qemu-img, mmdebstrap and file, which build and boot the v2 guest (make vm)
 # Exits 1 after listing every missing piece; prints nothing when all is there.
 set -u
 FLUX_PYTHON=${FLUX_PYTHON:-$(flux python -c 'import sys; print(sys.executable)' 2>/dev/null ||
@@ -72,6 +73,12 @@ for what in "$@"; do
     sharness)
         [ -f /usr/share/sharness/sharness.sh ] && command -v prove >/dev/null ||
             need "Debian's sharness and prove" "make deps (or: apt-get install sharness perl)"
+        ;;
+    vm)
+        for cmd in qemu-system-x86_64 qemu-img mmdebstrap file; do
+            command -v $cmd >/dev/null ||
+                need "$cmd (the v2 guest)" "make deps (or: apt-get install qemu-system-x86 qemu-utils mmdebstrap file)"
+        done
         ;;
     *)
         echo "prereqs.sh: unknown check $what" >&2
