@@ -126,7 +126,7 @@ def test_an_exec_of_a_name_being_released_waits_for_on_released():
     svc = SimpleNamespace(
         registry=Registry(),
         after_release=after,
-        holds=SimpleNamespace(releasing=lambda name: name in releasing),
+        releases=SimpleNamespace(pending=lambda name: name in releasing),
         namer=SimpleNamespace(name=lambda label, verbatim: f"{label}:t1.service"),
     )
     req = ExecRequest(cmdline=["/bin/true"], env={}, label="L", background=True)

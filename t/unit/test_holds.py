@@ -109,11 +109,12 @@ def fake_sdbus(world):
     )
 
 
-def on_fake_bus(monkeypatch):
+def on_fake_bus(monkeypatch, on_released=None):
+    """Holds on ``World``'s connections: (holds, world, watchers, units released)."""
     world, watchers, released = World(), StubWatchers(), []
     monkeypatch.setattr(holds_mod, "sdbus", fake_sdbus(world))
     monkeypatch.setattr(holds_mod, "append", lambda m, sig, unit: setattr(m, "unit", unit))
-    holds = Holds(StubLog(), watchers, on_released=released.append)
+    holds = Holds(StubLog(), watchers, on_released=on_released or released.append)
     return holds, world, watchers, released
 
 

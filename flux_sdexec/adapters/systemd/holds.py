@@ -77,11 +77,12 @@ class Holds:
 
     def release(self, unit):
         """Unref ``unit`` (its record is gone), without waiting (see the module docstring);
-        ``on_released(unit)`` follows, at once when it was not held."""
-        if unit in self._releasing:
+        ``on_released(unit)`` follows (at once when no answer is awaited: ``releasing(unit)``
+        False on return). A unit not held has nothing to release: no on_released."""
+        if unit in self._releasing or unit not in self.held:
             return
         self._releasing[unit] = None
-        if unit in self.held and not self._handing_over:
+        if not self._handing_over:
             self.held.discard(unit)
             if self._bus is not None and self._unref(unit):
                 self._notify()

@@ -13,10 +13,11 @@ PartOf= on the unit is a reference systemd keeps without any bus, and makes ever
 the unit stop the keeper too (sdexec's own stops, the sweeper's, the unload's). A unit that
 ends by itself is kept until sdexec is done with it (its record goes): ``release`` stops
 the keeper, and systemd unloads both. The unit's name is not free for a new start until
-systemd has unloaded it: ``stopping(unit)`` (after_release.py waits for ``on_gone(unit)``).
-A keeper outlives an unload that hands its unit over (``hand_over``), and a crash: the next
-sdexec adopts the unit, finds its keeper among its Wants= (``keeper_of``), and releases it in
-turn. A unit still running when its record goes (abandoned) runs on: its keeper goes.
+systemd has unloaded it: ``stopping(unit)`` until ``on_gone(unit)`` (after_release.Releases
+frees the name once the unit's hold is released too). A keeper outlives an unload that hands
+its unit over (``hand_over``), and a crash: the next sdexec adopts the unit, finds its keeper
+among its Wants= (``keeper_of``), and releases it in turn. A unit still running when its
+record goes (abandoned) runs on: its keeper goes.
 """
 
 import errno
@@ -62,7 +63,7 @@ class Keepers:
         sweeper: the Sweeper, for a keeper whose stop failed.
         log: the module's BrokerLogger.
         deadline: a callable giving the per-call deadline in seconds.
-        on_gone: ``on_gone(unit)`` once the unit's name is free (after_release.gone).
+        on_gone: ``on_gone(unit)`` once systemd has unloaded the unit (Releases.keeper_over).
     """
 
     def __init__(self, bridge, bus, watchers, sweeper, log, deadline, on_gone):
