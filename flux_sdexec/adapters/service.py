@@ -287,6 +287,11 @@ class SdexecService:
             self.log.error(f"unload: {exc}")
         self.holds.close()
         teardown.await_replies(self.bridge, self.log)  # the stops of slices, keepers
+        # a stop refused or not answered by now reaches the sweeper, closed: one more stop
+        self.bridge.fail_pending(UnitError(errno.ETIMEDOUT, "systemd did not answer by unload"))
+        late = self.sweeper.close()
+        if late:
+            teardown.stop_again(self.bridge, self.log, late)
         self.keepers.close()
         self.bridge.close()
         self.responder.outbox.close()

@@ -22,7 +22,7 @@ record goes (abandoned) runs on: its keeper goes.
 
 import errno
 
-from flux_sdexec.naming import slice_escape, UNIT_NAME_MAX
+from flux_sdexec.naming import slice_escape, slice_unescape, UNIT_NAME_MAX
 from flux_sdexec.errors import UnitError
 
 NOTIFY_TYPES = ("notify", "notify-reload")  # the types whose main process may send STOPPING=1
@@ -36,6 +36,15 @@ def keeper_name(unit):
     base = unit[: -len(".service")] if unit.endswith(".service") else unit
     name = slice_escape(base) + ".slice"
     return name if len(name) <= UNIT_NAME_MAX else None
+
+
+def keeper_unit(name):
+    """The unit keeper ``name`` was made for (``keeper_name``'s inverse), or None when
+    ``name`` is no keeper's."""
+    if not name.endswith(".slice"):
+        return None
+    unit = slice_unescape(name[: -len(".slice")]) + ".service"
+    return unit if keeper_name(unit) == name else None
 
 
 def with_keeper(unit, props):
