@@ -21,12 +21,18 @@ _LABEL_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
 # systemd's unit name alphabet (unit-name.c): letters, digits, ":-_.\" and "@"
 _UNIT_RE = re.compile(r"[A-Za-z0-9:_.\\@-]+\.service\Z")
 _SLICE_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.")
+_SLICE_ESCAPED = re.compile(r"\\x([0-9a-f]{2})")
 
 
 def slice_escape(text):
     """``text`` as part of a slice's name, where ``-`` means nesting: every character but
     letters, digits and ``:_.`` escaped as systemd escapes it (``-`` is ``\\x2d``)."""
     return "".join(c if c in _SLICE_PLAIN else "\\x%02x" % ord(c) for c in text)
+
+
+def slice_unescape(text):
+    """``slice_escape``'s inverse: every ``\\xNN`` is its character again."""
+    return _SLICE_ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), text)
 
 
 def f58plain(component):

@@ -2,6 +2,10 @@
 
 At load, every unit matching this instance's glob and rank is tracked as an
 SdProc with no exec request; a unit that cannot be adopted is let go (teardown).
+Then the accounting slices and keepers of this instance's and rank's unit names that no
+adopted unit uses (their unit gone, their stop lost to a crash or to an unload whose
+stops systemd refused or did not answer) go to the sweeper: they match no unit glob, and
+nothing else would ever stop them.
 """
 
 import errno
@@ -12,6 +16,10 @@ from flux_sdexec.handoff import adopted_stop_timer
 from flux_sdexec.protocol import ExecRequest
 from flux_sdexec.sdproc import SdProc
 from flux_sdexec.adapters.systemd import guard, keepers, teardown
+from flux_sdexec.containment import usage
+
+# where the accounting slices (containment/usage.py) and the keepers (keepers.py) are
+SLICE_PATTERNS = [f"{usage.SLICE_PREFIX}*.slice", "*:*.slice"]
 
 
 def adopt_leftovers(svc):
@@ -58,4 +66,18 @@ def adopt_leftovers(svc):
             svc.log.error(f"{unit}: cannot adopt ({exc}), letting it go")
             state, keeper = props.get("ActiveState", "active"), keepers.keeper_of(unit, props)
             teardown.let_go(svc.bridge, svc.log, unit, state, keeper=keeper)
+    for name in leftover_slices(svc):
+        svc.sweeper.sweep(name, "left by an earlier sdexec, no unit of it adopted")
     return adopted
+
+
+def leftover_slices(svc):
+    """The accounting slices and keepers systemd has of this sdexec's unit names (instance
+    and rank, ``namer.parse``) that no adopted unit uses."""
+    used = {p.accounting_slice for p in svc.registry} | {p.keeper for p in svc.registry}
+    left = []
+    for name, _, _ in svc.bridge.list_units(SLICE_PATTERNS):
+        unit = usage.slice_unit(name) or keepers.keeper_unit(name)
+        if unit is not None and name not in used and svc.namer.parse(unit)[0]:
+            left.append(name)
+    return left

@@ -6,12 +6,22 @@ the stop itself: waits.py). Its label is free at once for a new exec, as in flux
 C module: the old record is let go, and the new exec waits here, in start order, until
 systemd has forgotten the old unit; then it starts. Each waiting request ends exactly
 once: it starts (``proceed``, through ``serve``), or its client's disconnect or the
-module's unload answers it with an error. No flux import: the service wires it.
+module's unload answers it with an error.
+
+``Releases`` is the one place that decides when that is: a unit let go has up to two
+references to drop, each by its own adapter and each maybe done at once, its hold
+(holds.py: the Unref answered) and its keeper (keepers.py: stopped, the unit unloaded).
+Both are counted before either is begun, and the name is free only once both are over, in
+whichever order they end. Begun one after the other, the first one over (the hold of a unit
+never held: at once) started the waiting exec before the keeper's StopUnit went out:
+systemd refused the new unit (EEXIST), or that StopUnit stopped the new unit's keeper, of
+the same name. No flux import: the service wires it.
 """
 
 import errno
 
 DISCONNECT_TEXT = "client disconnected before the unit was started"
+HOLD, KEEPER = "hold", "keeper"  # the parts of a release (Releases)
 
 
 class StartsAfterRelease:
@@ -62,3 +72,52 @@ class StartsAfterRelease:
         waiting, self._waiting = self._waiting, {}
         for msg, _, _, _ in waiting.values():
             self._respond_error(msg, errnum, text)
+
+
+class Releases:
+    """The units being let go, until their name is free (module docstring).
+
+    Args:
+        on_free: ``on_free(unit)`` once every part is over (StartsAfterRelease.gone).
+
+    The owner sets ``holds`` (holds.Holds, whose ``on_released`` is ``hold_over``) and
+    ``keepers`` (keepers.Keepers, whose ``on_gone`` is ``keeper_over``) before the first
+    release.
+    """
+
+    def __init__(self, on_free):
+        self._on_free = on_free
+        self._left = {}  # unit -> the parts not over yet
+        self.holds = self.keepers = None
+
+    def pending(self, unit):
+        """``unit`` is being let go: a start of its name must wait (``on_free``)."""
+        return unit in self._left
+
+    def release(self, unit, keeper=None):
+        """Let ``unit`` go: drop its hold and stop its ``keeper`` (None: it has none)."""
+        if unit in self._left:
+            return
+        self._left[unit] = {HOLD} if keeper is None else {HOLD, KEEPER}
+        self.holds.release(unit)  # may be over at once
+        if not self.holds.releasing(unit):
+            self._over(unit, HOLD)
+        if keeper is not None and unit in self._left:
+            self.keepers.release(unit, keeper)  # may be over at once (a lost connection)
+            if not self.keepers.stopping(unit):
+                self._over(unit, KEEPER)
+
+    def hold_over(self, unit):
+        self._over(unit, HOLD)
+
+    def keeper_over(self, unit):
+        self._over(unit, KEEPER)
+
+    def _over(self, unit, part):
+        left = self._left.get(unit)
+        if left is None or part not in left:
+            return
+        left.discard(part)
+        if not left:
+            del self._left[unit]
+            self._on_free(unit)

@@ -65,9 +65,8 @@ class Requests:
             svc.feed(old, LabelReused())
         elif old is not None or svc.after_release.has(unit=unit):
             raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
-        # the old unit is still loaded, or its Unref or keeper not done yet (holds, keepers)
-        released = not (svc.holds.releasing(unit) or svc.keepers.stopping(unit))
-        if svc.registry.by_unit(unit) is not None or not released:
+        # the old unit is still loaded, or its hold or keeper not released yet (releases)
+        if svc.registry.by_unit(unit) is not None or svc.releases.pending(unit):
             svc.after_release.wait(unit, msg, req.label, lambda m: self._start(m, req))
             return unit
         if unit in svc.sweeper:

@@ -15,7 +15,7 @@ import os
 from flux_sdexec import handoff, orphans, settle, unitstate
 from flux_sdexec.adapters import adopt, cgroup
 from flux_sdexec.adapters.actions import ActionRunner
-from flux_sdexec.adapters.after_release import StartsAfterRelease
+from flux_sdexec.adapters.after_release import Releases, StartsAfterRelease
 from flux_sdexec.adapters.catchup import CatchUp
 from flux_sdexec.adapters.mapper_client import MapperLookups
 from flux_sdexec.adapters.memo import JobMemos
@@ -139,9 +139,11 @@ class SdexecService:
         )
         self.after_release = StartsAfterRelease(self.serve, self.responder.respond_error, sender_of)
         self.orphans = OrphanWatch(self, orphan_interval)
-        # waitable units stay loaded once ended (holds.py); a start of a name whose Unref is
-        # not answered yet waits for it (after_release.py)
-        self.holds = Holds(log, self.watchers, on_released=self.after_release.gone)
+        # waitable units stay loaded once ended (holds.py), notify ones through a bus loss
+        # (keepers.py); a start of a name whose hold and keeper are not both released yet
+        # waits for them (after_release.py)
+        self.releases = Releases(self.after_release.gone)
+        self.holds = Holds(log, self.watchers, on_released=self.releases.hold_over)
         self.keepers = Keepers(
             self.bridge,
             self.bus,
@@ -149,8 +151,9 @@ class SdexecService:
             self.sweeper,
             log,
             lambda: self.calls.deadline,
-            self.after_release.gone,
+            self.releases.keeper_over,
         )
+        self.releases.holds, self.releases.keepers = self.holds, self.keepers
         self.adopted = adopt.adopt_leftovers(self)  # how many, at load (stats-get)
         guard.stop(self.bridge, self.log, self.guard)  # after: it holds units that ended
         self.bus.pump()
@@ -175,9 +178,7 @@ class SdexecService:
                 self.holds.hold(p.unit.name)  # loaded with its status once ended (holds.py)
             if p.state is ProcState.DONE:
                 self.registry.remove(p)
-                self.holds.release(p.unit.name)  # then after_release.gone (on_released)
-                if p.keeper is not None:
-                    self.keepers.release(p.unit.name, p.keeper)  # then after_release.gone
+                self.releases.release(p.unit.name, p.keeper)  # then after_release.gone
         if pump:
             self.bus.pump()
 
@@ -286,6 +287,11 @@ class SdexecService:
             self.log.error(f"unload: {exc}")
         self.holds.close()
         teardown.await_replies(self.bridge, self.log)  # the stops of slices, keepers
+        # a stop refused or not answered by now reaches the sweeper, closed: one more stop
+        self.bridge.fail_pending(UnitError(errno.ETIMEDOUT, "systemd did not answer by unload"))
+        late = self.sweeper.close()
+        if late:
+            teardown.stop_again(self.bridge, self.log, late)
         self.keepers.close()
         self.bridge.close()
         self.responder.outbox.close()

@@ -17,7 +17,7 @@ cgroup (``oom_kill_slice``), or are ``null`` with the reason, never a made-up nu
 import re
 
 from flux_sdexec.containment.cgroups import LEGACY, V2
-from flux_sdexec.naming import slice_escape
+from flux_sdexec.naming import slice_escape, slice_unescape
 
 FIELDS = ("cpu_user_s", "cpu_sys_s", "memory_peak", "tasks_peak", "oom_kills")
 PARENT_SLICE = "app-sdexec.slice"  # every accounting slice's parent, in app.slice
@@ -42,6 +42,16 @@ def accounting_slice(unit, token):
 def is_accounting_slice(name):
     """Whether ``name`` (a unit's ``Slice``) is an accounting slice."""
     return bool(name) and name.startswith(SLICE_PREFIX) and name.endswith(".slice")
+
+
+def slice_unit(name):
+    """The unit accounting slice ``name`` was made for (``accounting_slice``'s inverse), or
+    None when ``name`` is no accounting slice."""
+    if not is_accounting_slice(name):
+        return None
+    base, sep, token = name[len(SLICE_PREFIX) : -len(".slice")].rpartition("_")
+    unit = slice_unescape(base) + ".service"
+    return unit if sep and accounting_slice(unit, token) == name else None
 
 
 def _keyed(text):

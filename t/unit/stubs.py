@@ -2,8 +2,8 @@
 
 ``StubBridge`` records each call sent without waiting, with its ``on_reply``; a test
 answers it (``answer``), loses every pending call with the connection (``lose``), or
-makes the next send raise (``refuse_next``). ``StubWatchers`` hands out timers a test
-fires by hand. No flux, no systemd, no sleeping.
+makes the next send raise (``refuse_next``). ``StubWatchers`` hands out timers (and fd
+watchers) a test fires by hand. No flux, no systemd, no sleeping.
 """
 
 import errno
@@ -34,14 +34,28 @@ class StubTimer:
         self.func()
 
 
+class StubFd(StubTimer):
+    """An fd watcher: firing it (its fd readable) leaves it started."""
+
+    def fire(self):
+        assert self.running and not self.destroyed, f"fd watcher {self.what} is not started"
+        self.func()
+
+
 class StubWatchers:
     def __init__(self):
         self.timers = []
+        self.fds = []  # fd watchers: a test fires one as the reactor would when it is readable
 
     def timer(self, after, func, what):
         t = StubTimer(after, func, what)
         self.timers.append(t)
         return t
+
+    def fd(self, fd, events, func, what):
+        w = StubFd(fd, func, what)
+        self.fds.append(w)
+        return w
 
     def armed(self):
         return [t for t in self.timers if t.running]

@@ -6,23 +6,11 @@ bus.py imports flux's constants and watchers module: flux's Python path is added
 """
 
 import errno
-import subprocess
-import sys
 
+import fluxpath
 from flux_sdexec.errors import UnitError
 
-
-def _add_flux_python_path():
-    try:
-        import flux  # noqa: F401
-    except ImportError:
-        out = subprocess.run(
-            ["flux", "env", "sh", "-c", "echo $PYTHONPATH"], capture_output=True, text=True
-        ).stdout
-        sys.path[1:1] = [p for p in out.strip().split(":") if p]
-
-
-_add_flux_python_path()
+fluxpath.add()
 
 from flux_sdexec.adapters.systemd.bus import MAX_ERRORS, BusWatcher  # noqa: E402
 

@@ -95,14 +95,16 @@ class SystemdBridge:
         self._open(wait=True)
 
     def close(self) -> None:
-        """Drop the connections (the watched set stays for reconnect(); calls unanswered)."""
+        """Drop the connections (the watched set stays for reconnect()); a call still
+        unanswered fails with ECONNRESET (the owner fails them first to act on it:
+        ``fail_pending``)."""
         self.signals.detach()
         if self._bus is not None:
             self._bus.close()
             self._bus = None
         self._lost = False
         self._rare.close()
-        self._pending.clear()
+        self.fail_pending(UnitError(errno.ECONNRESET, "connection to systemd closed"))
 
     def reconnect(self) -> None:
         """Close and open again without waiting for systemd (Subscribe() is answered later,
@@ -207,8 +209,12 @@ class SystemdBridge:
 
     def drop(self, exc=None) -> None:
         """Take the connection as lost (pump() keeps failing too): calls fail; reconnect()."""
-        exc = exc or UnitError(errno.ECONNRESET, LOST)
         self._lost = True
+        self.fail_pending(exc or UnitError(errno.ECONNRESET, LOST))
+
+    def fail_pending(self, exc) -> None:
+        """Every call sent without waiting and not answered yet gets ``exc`` as its answer
+        (the unload stops waiting: whoever sent it decides what follows)."""
         pending, self._pending = self._pending, {}
         for _, on_reply, _ in pending.values():
             on_reply(exc)

@@ -18,10 +18,17 @@ same connection), and its loop runs the GC queue between messages, so a GetUnit 
 the answer, on this connection, is answered once the unreferenced unit is gone; then a
 start of the same name (a label reused, on the other connection: the private socket)
 cannot find the old unit loaded. ``on_released(unit)`` says so; a start of a releasing
-unit's name waits for it (after_release.py). An answer not in after UNREF_TIMEOUT (for
-both calls) counts as a lost connection: it is
-closed (unflushed: a stalled bus is never waited for), which drops every reference, and
-opened again with the remaining holds.
+unit's name waits for it (after_release.py).
+
+An answer not in after UNREF_TIMEOUT (for both calls) means a slow bus: the holds move to a
+new connection. The old one stays open, unread, until the new one's Refs are all answered,
+and only then is closed (unflushed: a stalled bus is never waited for), which drops its
+references, the late Unref's included: at no moment is a held unit without a reference
+(closing first let systemd collect an ended unit before the new Ref reached it). The
+releases sent on the old connection are done once it is closed; so is one done on the new
+connection meanwhile (the old one may still refer to its unit). While the old connection
+is open nothing else starts a reconnect, so there are at most two. A connection that failed
+(a bus restart) has no reference left to keep: it is closed at once and the holds taken again.
 """
 
 import errno
@@ -37,12 +44,12 @@ UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
 UNIT = b"org.freedesktop.systemd1.Unit"
 LOST = sdbus.DISCONNECTED | {errno.ETIMEDOUT}  # else an answer of systemd's
 WAIT_USEC = 1_000_000  # a call awaited: systemd answers at once; a stalled bus costs this once
-UNREF_TIMEOUT = 1.0  # seconds for systemd's answer to an Unref before the connection is lost
+UNREF_TIMEOUT = 1.0  # seconds for systemd's answer to an Unref before the holds move
 
 
 class Holds:
     """The references of one sdexec. A lost connection loses them: the watcher (else the
-    next call) opens another and takes them all again."""
+    next call) opens another and takes them all again; a slow one is kept until they are."""
 
     def __init__(self, log, watchers=None, user_mode=True, on_released=None):
         self._log = log
@@ -53,6 +60,9 @@ class Holds:
         self._released = []  # releases answered, their on_released not yet called
         self._user_mode = user_mode
         self._bus = None
+        self._old = None  # a slow connection replaced, open until _bus's Refs are answered
+        self._confirming = set()  # cookies of the Refs _open sent on _bus, not answered yet
+        self._after_old = set()  # releasing units done but for the references of _old
         self._errors = {}  # cookie -> (member, unit), for the calls sent without waiting
         self.held = set()
         self._handing_over = False
@@ -67,27 +77,35 @@ class Holds:
 
     def release(self, unit):
         """Unref ``unit`` (its record is gone), without waiting (see the module docstring);
-        ``on_released(unit)`` follows, at once when it was not held."""
-        if unit in self._releasing:
+        ``on_released(unit)`` follows (at once when no answer is awaited: ``releasing(unit)``
+        False on return). A unit not held has nothing to release: no on_released."""
+        if unit in self._releasing or unit not in self.held:
             return
         self._releasing[unit] = None
-        sent = False
-        if unit in self.held and not self._handing_over:
+        if not self._handing_over:
             self.held.discard(unit)
-            if self._bus is not None:  # else no reference is left to drop
-                wait = self._watchers is None
-                sent = self._send(b"Unref", unit, wait)
-                if sent and wait and self._bus is not None:
-                    self._look(unit, wait=True)
-                sent = sent and not wait
-        if sent and unit in self._releasing:  # not answered yet (nor the connection lost)
-            timer = self._watchers.timer(UNREF_TIMEOUT, lambda: self._late(unit), "holds")
-            self._releasing[unit] = timer
-            timer.start()
-            return
-        if unit in self._releasing:
-            self._done(unit)
+            if self._bus is not None and self._unref(unit):
+                self._notify()
+                return
+        if unit in self._releasing and unit not in self._after_old:
+            self._over(unit)  # nothing left to wait for on this connection
         self._notify()
+
+    def _unref(self, unit):
+        """Send the Unref; True while its answer (or the GetUnit's after it) is awaited,
+        UNREF_TIMEOUT armed; False once done, refused, or moved to another connection."""
+        wait = self._watchers is None
+        sent = self._send(b"Unref", unit, wait)
+        if not sent or unit not in self._releasing or unit in self._after_old:
+            return False
+        if wait:
+            if self._bus is not None:
+                self._look(unit, wait=True)
+            return False
+        timer = self._watchers.timer(UNREF_TIMEOUT, lambda: self._late(unit), "holds")
+        self._releasing[unit] = timer
+        timer.start()
+        return True
 
     def releasing(self, unit):
         """An Unref of ``unit`` is not answered yet: a start of its name must wait."""
@@ -103,16 +121,34 @@ class Holds:
         self.held.clear()
 
     def _drop(self):
-        """Close the connection, unflushed (never waiting for a stalled bus): every reference
-        it held goes, releases in flight too."""
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher = None
-        if self._bus is not None:
-            self._bus.close(flush=False)  # nothing queued matters: closing drops it all
-            self._bus = None
+        """Close the connections, unflushed (never waiting for a stalled bus): every reference
+        they held goes, releases in flight too."""
+        self._stop_watcher()
+        for bus in (self._bus, self._old):
+            if bus is not None:
+                bus.close(flush=False)  # nothing queued matters: closing drops it all
+        self._bus = self._old = None
+        self._confirming.clear()
         for unit in list(self._releasing):
             self._done(unit)
+
+    def _stop_watcher(self):
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher.destroy()  # else the flux handle keeps it referenced
+            self._watcher = None
+
+    def _over(self, unit):
+        """The connection ``unit``'s Unref went on is done with it: released, unless an old
+        connection still open (see the module docstring) may refer to it too."""
+        if self._old is None:
+            self._done(unit)
+            return
+        timer, self._releasing[unit] = self._releasing[unit], None
+        if timer is not None:
+            timer.stop()
+            timer.destroy()
+        self._after_old.add(unit)
 
     def _done(self, unit):
         """systemd has dropped sdexec's reference to ``unit``: on_released is due."""
@@ -120,6 +156,7 @@ class Holds:
         if timer is not None:
             timer.stop()
             timer.destroy()
+        self._after_old.discard(unit)
         self._released.append(unit)
 
     def _notify(self):
@@ -128,18 +165,46 @@ class Holds:
             self._on_released(self._released.pop(0))
 
     def _late(self, unit):
+        if self._old is not None:  # the holds are being taken again already
+            self._log.warning(
+                f"{unit}: Unref not answered in {UNREF_TIMEOUT:g}s, nor the holds taken again"
+                " on a new connection: waiting for the bus"
+            )
+            return
         self._log.warning(f"{unit}: Unref not answered in {UNREF_TIMEOUT:g}s: reconnecting")
-        self._drop()
-        self._open("every unit held")
+        self._reconnect("every unit held", lost=False)
         self._notify()
+
+    def _reconnect(self, unit, lost, skip=None):
+        """Take every hold but ``skip`` again on a new connection. One ``lost`` is closed (its
+        references went with it); a slow one stays open as the old connection until the new
+        one's Refs are answered (``_confirmed``). The releases in flight are over with it."""
+        self._stop_watcher()
+        if lost:
+            self._bus.close(flush=False)
+        else:
+            self._old = self._bus
+        self._bus = None
+        for other in list(self._releasing):
+            if other not in self._after_old:
+                self._over(other)
+        return self._open(unit, skip)
+
+    def _confirmed(self):
+        """Every Ref of the new connection is answered: the old connection goes, and with it
+        the releases that waited for it."""
+        if self._old is not None and not self._confirming:
+            self._old.close(flush=False)
+            self._old = None
+            for unit in list(self._after_old):
+                self._done(unit)
 
     def _readable(self):
         try:
             self._drain()
         except OSError as exc:
             self._log.warning(f"units held: connection lost ({exc}): taking every hold again")
-            self._drop()
-            self._open("every unit held")
+            self._reconnect("every unit held", lost=True)
         self._notify()
 
     def _send(self, member, unit, wait, again=True):
@@ -152,35 +217,48 @@ class Holds:
             if wait:
                 self._bus.call(m, WAIT_USEC)
             else:
-                self._errors[self._bus.send(m)] = (member, unit)
+                cookie = self._bus.send(m)
+                self._errors[cookie] = (member, unit)
+                if member == b"Ref" and self._old is not None:
+                    self._confirming.add(cookie)  # the old connection may refer to it
             self._drain()
             return True
         except OSError as exc:
             if exc.errno not in LOST:  # the unit went before it was held
                 self._log.debug(f"{unit}: {member.decode()} refused: {exc}")
                 return False
+            if exc.errno == errno.ETIMEDOUT and self._old is not None:
+                return True  # sent on the new connection, as slow: the old one stays
             self._log.warning(f"{unit}: {member.decode()}: {exc}: taking every hold again")
-            self._drop()
-            if self._open(unit, skip) and member == b"Ref" and again:
+            lost = exc.errno != errno.ETIMEDOUT
+            if self._reconnect(unit, lost, skip) and member == b"Ref" and again:
                 return self._send(member, unit, wait, again=False)
+            self._confirmed()
             return False
 
     def _open(self, unit, skip=None):
-        """A new connection, every unit held but ``skip`` Ref'd on it again; False if none."""
+        """A new connection, every unit held but ``skip`` Ref'd on it again; False if none.
+        With no Ref to wait for (``skip`` is sent next by the caller), an old connection
+        goes at once."""
         self._errors.clear()
+        self._confirming.clear()
         try:
             self._bus = sdbus.Bus(self._user_mode)
             for other in self.held - {skip}:
-                self._errors[self._bus.send(self._call(b"Ref", other))] = (b"Ref", other)
+                cookie = self._bus.send(self._call(b"Ref", other))
+                self._errors[cookie] = (b"Ref", other)
+                self._confirming.add(cookie)
             if self._watchers is not None:
                 fd = self._bus.fileno()
                 self._watcher = self._watchers.fd(fd, FLUX_POLLIN, self._readable, "holds")
                 self._watcher.start()
-            return True
         except OSError as exc:
             self._log.error(f"{unit}: no bus to hold units on ({exc}): they go once ended")
             self._drop()
             return False
+        if skip is None:
+            self._confirmed()
+        return True
 
     def _look(self, unit, wait=False):
         """GetUnit(unit) on this connection: answered once the Unref before it took effect."""
@@ -204,6 +282,7 @@ class Holds:
         while True:
             r, m, kind, cookie = self._bus.process()
             if m != sdbus.ffi.NULL:
+                self._confirming.discard(cookie)
                 member, unit = self._errors.pop(cookie, (None, None))
                 if member == b"Ref" and kind == sdbus.METHOD_ERROR:
                     self.held.discard(unit)
@@ -211,7 +290,8 @@ class Holds:
                 elif member == b"Unref" and unit in self._releasing:
                     self._look(unit)  # answered before the reference was dropped
                 elif member == b"GetUnit" and unit in self._releasing:
-                    self._done(unit)  # systemd has collected it if unreferenced
+                    self._over(unit)  # systemd has collected it if unreferenced
                 sdbus.lib.sd_bus_message_unref(m)
             if r <= 0:
+                self._confirmed()
                 return

@@ -13,15 +13,16 @@ PartOf= on the unit is a reference systemd keeps without any bus, and makes ever
 the unit stop the keeper too (sdexec's own stops, the sweeper's, the unload's). A unit that
 ends by itself is kept until sdexec is done with it (its record goes): ``release`` stops
 the keeper, and systemd unloads both. The unit's name is not free for a new start until
-systemd has unloaded it: ``stopping(unit)`` (after_release.py waits for ``on_gone(unit)``).
-A keeper outlives an unload that hands its unit over (``hand_over``), and a crash: the next
-sdexec adopts the unit, finds its keeper among its Wants= (``keeper_of``), and releases it in
-turn. A unit still running when its record goes (abandoned) runs on: its keeper goes.
+systemd has unloaded it: ``stopping(unit)`` until ``on_gone(unit)`` (after_release.Releases
+frees the name once the unit's hold is released too). A keeper outlives an unload that hands
+its unit over (``hand_over``), and a crash: the next sdexec adopts the unit, finds its keeper
+among its Wants= (``keeper_of``), and releases it in turn. A unit still running when its
+record goes (abandoned) runs on: its keeper goes.
 """
 
 import errno
 
-from flux_sdexec.naming import slice_escape, UNIT_NAME_MAX
+from flux_sdexec.naming import slice_escape, slice_unescape, UNIT_NAME_MAX
 from flux_sdexec.errors import UnitError
 
 NOTIFY_TYPES = ("notify", "notify-reload")  # the types whose main process may send STOPPING=1
@@ -35,6 +36,15 @@ def keeper_name(unit):
     base = unit[: -len(".service")] if unit.endswith(".service") else unit
     name = slice_escape(base) + ".slice"
     return name if len(name) <= UNIT_NAME_MAX else None
+
+
+def keeper_unit(name):
+    """The unit keeper ``name`` was made for (``keeper_name``'s inverse), or None when
+    ``name`` is no keeper's."""
+    if not name.endswith(".slice"):
+        return None
+    unit = slice_unescape(name[: -len(".slice")]) + ".service"
+    return unit if keeper_name(unit) == name else None
 
 
 def with_keeper(unit, props):
@@ -62,7 +72,7 @@ class Keepers:
         sweeper: the Sweeper, for a keeper whose stop failed.
         log: the module's BrokerLogger.
         deadline: a callable giving the per-call deadline in seconds.
-        on_gone: ``on_gone(unit)`` once the unit's name is free (after_release.gone).
+        on_gone: ``on_gone(unit)`` once systemd has unloaded the unit (Releases.keeper_over).
     """
 
     def __init__(self, bridge, bus, watchers, sweeper, log, deadline, on_gone):

@@ -77,6 +77,34 @@ def await_replies(bridge, log, grace=UNLOAD_GRACE):
         log.debug(f"unload: {exc}")
 
 
+def stop_again(bridge, log, units, grace=UNLOAD_GRACE):
+    """At unload, once more for ``units`` whose stop failed or was not answered in the wait
+    (accounting slices and keepers: no later sdexec adopts them, so nothing else stops them):
+    StopUnit (mode "replace") and ResetFailedUnit, sent without waiting, answers awaited at
+    most ``grace``. What is still not stopped is logged by name; the next sdexec's load stops
+    this instance's slices and keepers no unit uses (adopt.py)."""
+    left = dict.fromkeys(units)  # unit -> why it is not known stopped
+    try:
+        ensure_connected(bridge, log)
+        for unit in units:
+
+            def stopped(exc, unit=unit):
+                if exc is None or exc.errno == errno.ENOENT:
+                    left.pop(unit, None)
+                else:
+                    left[unit] = exc
+
+            bridge.stop_unit(unit, on_reply=stopped, timeout=grace, mode="replace")
+            bridge.reset_failed_unit(unit, on_reply=lambda exc: None, timeout=grace)
+    except UnitError as exc:
+        for unit in left:
+            left[unit] = left[unit] or exc
+    await_replies(bridge, log, grace)
+    bridge.fail_pending(UnitError(errno.ETIMEDOUT, f"not answered within {grace:g}s"))
+    for unit, why in left.items():
+        log.error(f"{unit}: not stopped at unload ({why}): the next sdexec's load stops it")
+
+
 def see_units_gone(bridge, log, units, grace=UNLOAD_GRACE, stop_signals=None):
     """Wait until systemd forgot ``units`` (StopUnit already sent); signal laggards.
 

@@ -1,0 +1,230 @@
+"""holds.py's connection on a fake sd-bus that records, in one list, every connection
+opened, every call sent (and on which connection) and every close: the order in which
+sdexec's references to its units are taken and dropped. No systemd, no sleeping: the
+test answers the calls and fires the timers and the fd watcher by hand."""
+
+import errno
+from types import SimpleNamespace
+
+import fluxpath
+from stubs import StubLog, StubWatchers
+
+fluxpath.add()
+
+from flux_sdexec.adapters.systemd import holds as holds_mod  # noqa: E402
+from flux_sdexec.adapters.systemd import sdbus  # noqa: E402
+from flux_sdexec.adapters.systemd.holds import Holds  # noqa: E402
+
+
+class Call:
+    def __init__(self, member, unit):
+        self.member, self.unit = member, unit
+
+
+class Reply:
+    def __init__(self, kind, cookie):
+        self.kind, self.cookie = kind, cookie
+
+
+class World:
+    """Every connection the holds open, and one record of what happened, in order:
+    ("open", n), (member, unit, n) for a call sent on connection n, ("close", n).
+    ``answering``: whether a new connection answers its calls at once."""
+
+    def __init__(self):
+        self.events, self.buses = [], []
+        self.answering = True
+
+    def bus(self, user_mode=True):
+        bus = FakeBus(self, len(self.buses) + 1)
+        self.buses.append(bus)
+        return bus
+
+    def since(self, event):
+        return self.events[self.events.index(event) + 1 :]
+
+
+class FakeBus:
+    """sdbus.Bus as holds.py uses it. A call is answered at once (``answering``) or when
+    the test says so (``answer``); ``lose()`` makes the next process() fail."""
+
+    def __init__(self, world, n):
+        self.world, self.n = world, n
+        self.answering = world.answering
+        self.cookie = 0
+        self.ready, self.unanswered = [], []
+        self.lost = self.closed = False
+        world.events.append(("open", n))
+
+    def new_call(self, dest, path, iface, member):
+        return Call(member.decode(), path if isinstance(path, str) else None)
+
+    def send(self, m):
+        self.cookie += 1
+        self.world.events.append((m.member, m.unit, self.n))
+        (self.ready if self.answering else self.unanswered).append(
+            Reply(sdbus.METHOD_RETURN, self.cookie)
+        )
+        return self.cookie
+
+    def call(self, m, usec=0):
+        self.world.events.append((m.member, m.unit, self.n))
+        if not self.answering:
+            raise OSError(errno.ETIMEDOUT, "Connection timed out")
+
+    def answer(self):
+        self.ready += self.unanswered
+        self.unanswered = []
+
+    def lose(self):
+        self.lost = True
+
+    def process(self):
+        if self.lost:
+            raise OSError(errno.ECONNRESET, "Connection reset by peer")
+        if not self.ready:
+            return 0, None, 0, 0
+        reply = self.ready.pop(0)
+        return 1, reply, reply.kind, reply.cookie
+
+    def fileno(self):
+        return 100 + self.n
+
+    def close(self, flush=True):
+        assert not self.closed, f"connection {self.n} closed twice"
+        self.closed = True
+        self.world.events.append(("close", self.n))
+
+
+def fake_sdbus(world):
+    """The names holds.py takes from sdbus, on ``world``'s connections."""
+    return SimpleNamespace(
+        Bus=world.bus,
+        DISCONNECTED=sdbus.DISCONNECTED,
+        METHOD_ERROR=sdbus.METHOD_ERROR,
+        ffi=SimpleNamespace(NULL=None),
+        lib=SimpleNamespace(sd_bus_message_unref=lambda m: None),
+        path_encode=lambda prefix, unit: unit,
+        reply_error=lambda m: (errno.ENOENT, "Unit not loaded."),
+    )
+
+
+def on_fake_bus(monkeypatch, on_released=None):
+    """Holds on ``World``'s connections: (holds, world, watchers, units released)."""
+    world, watchers, released = World(), StubWatchers(), []
+    monkeypatch.setattr(holds_mod, "sdbus", fake_sdbus(world))
+    monkeypatch.setattr(holds_mod, "append", lambda m, sig, unit: setattr(m, "unit", unit))
+    holds = Holds(StubLog(), watchers, on_released=on_released or released.append)
+    return holds, world, watchers, released
+
+
+def late_unref(holds, world, watchers):
+    """a.service held, b.service released on a connection that stopped answering, and the
+    Unref's UNREF_TIMEOUT passed; the next connection answers only when told."""
+    holds.hold("a.service")
+    holds.hold("b.service")
+    world.buses[0].answering = False
+    holds.release("b.service")
+    world.answering = False
+    [timer] = watchers.armed()
+    timer.fire()
+
+
+def test_a_late_unref_takes_every_hold_again_before_the_old_connection_closes(monkeypatch):
+    """Review 2026-12b finding 3: the late Unref closed the connection (dropping every
+    reference) before the new one had sent, let alone seen answered, its Refs: an ended
+    unit held only by sdexec could be collected in the gap."""
+    holds, world, watchers, released = on_fake_bus(monkeypatch)
+    late_unref(holds, world, watchers)
+    assert world.since(("Unref", "b.service", 1)) == [("open", 2), ("Ref", "a.service", 2)]
+    assert released == [] and holds.releasing("b.service")
+    world.buses[1].answer()  # systemd took a.service's new reference
+    watchers.fds[1].fire()
+    assert world.since(("Unref", "b.service", 1)) == [
+        ("open", 2),
+        ("Ref", "a.service", 2),
+        ("close", 1),  # only now: a.service was never without a reference
+    ]
+    assert released == ["b.service"] and not holds.releasing("b.service")
+    assert holds.held == {"a.service"}
+
+
+def test_a_reconnect_destroys_the_old_connection_s_watcher(monkeypatch):
+    """A stopped fd watcher stays referenced by the flux handle until destroyed."""
+    holds, world, watchers, _ = on_fake_bus(monkeypatch)
+    late_unref(holds, world, watchers)
+    old, new = watchers.fds
+    assert old.destroyed and not old.running
+    assert new.running and not new.destroyed
+
+
+def test_a_release_while_the_old_connection_is_open_waits_for_its_close(monkeypatch):
+    """The old connection still refers to every unit held before the reconnect: a unit
+    released meanwhile on the new one keeps its name until the old one is closed too."""
+    holds, world, watchers, released = on_fake_bus(monkeypatch)
+    late_unref(holds, world, watchers)
+    world.buses[1].answering = True
+    holds.release("a.service")  # sent after its Ref on the new connection: both answered
+    assert world.events[-2:] == [("Unref", "a.service", 2), ("GetUnit", "a.service", 2)]
+    assert released == [] and holds.releasing("a.service")
+    world.buses[1].answer()
+    watchers.fds[1].fire()
+    assert world.events[-1] == ("close", 1)
+    assert sorted(released) == ["a.service", "b.service"]
+
+
+def test_a_second_late_answer_keeps_the_first_old_connection(monkeypatch):
+    """While the new connection's Refs are unanswered the old one stays, whatever else is
+    late: at most two connections, and the old one closes once the Refs are answered."""
+    holds, world, watchers, released = on_fake_bus(monkeypatch)
+    late_unref(holds, world, watchers)
+    holds.release("a.service")  # on the new connection, not answered either
+    [timer] = watchers.armed()
+    timer.fire()
+    assert [e for e in world.events if e[0] in ("open", "close")] == [("open", 1), ("open", 2)]
+    assert released == []
+    world.buses[1].answering = True  # the bus is back: the GetUnit after the Unref too
+    world.buses[1].answer()
+    watchers.fds[1].fire()
+    assert world.events[-1] == ("close", 1)
+    assert sorted(released) == ["a.service", "b.service"]
+
+
+def test_a_lost_connection_is_replaced_at_once(monkeypatch):
+    """A connection that failed has no reference left to keep: closed, then every hold
+    taken again on a new one; the releases in flight on it are over."""
+    holds, world, watchers, released = on_fake_bus(monkeypatch)
+    holds.hold("a.service")
+    holds.hold("b.service")
+    world.buses[0].answering = False
+    holds.release("b.service")
+    world.buses[0].lose()
+    watchers.fds[0].fire()
+    assert world.since(("Unref", "b.service", 1)) == [
+        ("close", 1),
+        ("open", 2),
+        ("Ref", "a.service", 2),
+    ]
+    assert released == ["b.service"]
+    assert watchers.fds[0].destroyed
+
+
+def test_nothing_held_closes_the_old_connection_at_once(monkeypatch):
+    """The late release was of the only unit held: no Ref to wait for."""
+    holds, world, watchers, released = on_fake_bus(monkeypatch)
+    holds.hold("b.service")
+    world.buses[0].answering = False
+    holds.release("b.service")
+    watchers.armed()[0].fire()
+    assert world.since(("Unref", "b.service", 1)) == [("open", 2), ("close", 1)]
+    assert released == ["b.service"]
+
+
+def test_close_closes_both_connections(monkeypatch):
+    """The unload's close, with the old connection still open: both go, the releases too."""
+    holds, world, watchers, released = on_fake_bus(monkeypatch)
+    late_unref(holds, world, watchers)
+    holds.close()
+    assert sorted(e for e in world.events if e[0] == "close") == [("close", 1), ("close", 2)]
+    assert released == [] or released == ["b.service"]
+    assert not holds.releasing("b.service")

@@ -1,0 +1,182 @@
+"""The order in which a record that goes lets its unit's name go (review 2026-12b finding
+4): a start waiting for the name (after_release.py) goes out only once both the unit's hold
+(holds.py) and its keeper (keepers.py) are released. Stub bridge and timers; the holds'
+connection is holds.py's fake sd-bus of test_holds.py."""
+
+import errno
+import types
+
+import fluxpath
+from stubs import StubBridge, StubBus, StubLog, StubWatchers
+
+fluxpath.add()
+
+from flux_sdexec.adapters.after_release import Releases, StartsAfterRelease  # noqa: E402
+from flux_sdexec.adapters.systemd.holds import Holds  # noqa: E402
+from flux_sdexec.adapters.systemd.keepers import Keepers  # noqa: E402
+from flux_sdexec.errors import UnitError  # noqa: E402
+
+UNIT, KEEPER = "imp-shell-0-fA1-3:tb.service", "imp\\x2dshell\\x2d0\\x2dfA1\\x2d3:tb.slice"
+NOT_LOADED = UnitError(errno.ENOENT, f"Unit {UNIT} not loaded.")
+
+
+def test_a_start_waiting_for_the_name_goes_after_the_keeper_s_stop():
+    """t_keeper_order.py of the review, as a test: feed()'s DONE branch released the hold
+    first; a unit never held was released at once, and the start waiting for its name
+    checked holds and keepers before keepers.release had begun: StartTransientUnit went
+    out before the keeper's StopUnit (EEXIST, or that StopUnit stopped the new keeper)."""
+    seen = []
+    bridge = StubBridge()
+    ar = StartsAfterRelease(lambda msg, verb, f: f(msg), lambda *a: None, lambda m: "client")
+    holds = Holds(StubLog(), StubWatchers(), on_released=ar.gone)
+    keepers = Keepers(
+        bridge,
+        StubBus(),
+        StubWatchers(),
+        types.SimpleNamespace(sweep=lambda *a: None),
+        StubLog(),
+        lambda: 5.0,
+        ar.gone,
+    )
+
+    def start(msg):  # what Requests._start checks before it sends StartTransientUnit
+        released = not (holds.releasing(UNIT) or keepers.stopping(UNIT))
+        seen.append(("start checked", released))
+        if released:
+            bridge.start_transient_unit(UNIT, [], on_reply=lambda e: None, timeout=5)
+
+    ar.wait(UNIT, "msg", "imp-shell-0-fA1", start)  # a new exec waits for the old unit's name
+    holds.release(UNIT)  # a foreground IMP unit (never held) with a keeper, as feed() did
+    keepers.release(UNIT, KEEPER)
+    assert seen == []
+    assert [(c.member, c.unit) for c in bridge.sent] == [("StopUnit", KEEPER)]
+    bridge.answer("StopUnit")
+    bridge.answer("GetUnit", NOT_LOADED)  # systemd has unloaded the old unit
+    assert seen == [("start checked", True)]
+    assert bridge.members() == ["StopUnit", "GetUnit", "StartTransientUnit"]
+
+
+class Started:
+    """A start waiting for UNIT's name: what Requests._start checks, and the call it sends."""
+
+    def __init__(self, releases, bridge):
+        self.releases, self.bridge, self.seen = releases, bridge, []
+
+    def __call__(self, msg):
+        released = not self.releases.pending(UNIT)
+        self.seen.append(("start checked", released))
+        if released:
+            self.bridge.start_transient_unit(UNIT, [], on_reply=lambda e: None, timeout=5)
+
+
+def wired(monkeypatch):
+    """Holds (on test_holds.py's fake sd-bus), keepers and the waiting start, wired to one
+    Releases as the service wires them; UNIT held, its Ref answered."""
+    from test_holds import on_fake_bus
+
+    bridge = StubBridge()
+    ar = StartsAfterRelease(lambda msg, verb, f: f(msg), lambda *a: None, lambda m: "client")
+    releases = Releases(ar.gone)
+    holds, world, watchers, _ = on_fake_bus(monkeypatch, on_released=releases.hold_over)
+    keepers = Keepers(
+        bridge, StubBus(), StubWatchers(), Sweeps(), StubLog(), lambda: 5.0, releases.keeper_over
+    )
+    releases.holds, releases.keepers = holds, keepers
+    holds.hold(UNIT)
+    start = Started(releases, bridge)
+    ar.wait(UNIT, "msg", "imp-shell-0-fA1", start)
+    return releases, holds, world, watchers, bridge, start
+
+
+class Sweeps:
+    def __init__(self):
+        self.swept = []
+
+    def sweep(self, unit, why):
+        self.swept.append(unit)
+
+
+def answer_unref(world, watchers):
+    """systemd answers the Unref, then the GetUnit after it: the hold is released."""
+    world.buses[0].answering = True
+    world.buses[0].answer()
+    watchers.fds[0].fire()
+
+
+def test_a_held_unit_s_name_is_free_once_its_keeper_too_is_released(monkeypatch):
+    """The hold released first: the start waits for the keeper."""
+    releases, holds, world, watchers, bridge, start = wired(monkeypatch)
+    world.buses[0].answering = False
+    releases.release(UNIT, KEEPER)
+    assert world.events[-1] == ("Unref", UNIT, 1) and bridge.members() == ["StopUnit"]
+    answer_unref(world, watchers)
+    assert not holds.releasing(UNIT) and releases.pending(UNIT) and start.seen == []
+    bridge.answer("StopUnit")
+    bridge.answer("GetUnit", NOT_LOADED)
+    assert start.seen == [("start checked", True)] and not releases.pending(UNIT)
+    assert bridge.members() == ["StopUnit", "GetUnit", "StartTransientUnit"]
+
+
+def test_a_held_unit_s_name_is_free_once_its_hold_too_is_released(monkeypatch):
+    """The keeper released first (its unit looked up as unloaded): the start waits for the
+    Unref's answer."""
+    releases, holds, world, watchers, bridge, start = wired(monkeypatch)
+    world.buses[0].answering = False
+    releases.release(UNIT, KEEPER)
+    bridge.answer("StopUnit")
+    bridge.answer("GetUnit", NOT_LOADED)
+    assert releases.pending(UNIT) and start.seen == []
+    answer_unref(world, watchers)
+    assert start.seen == [("start checked", True)] and not releases.pending(UNIT)
+    assert bridge.members() == ["StopUnit", "GetUnit", "StartTransientUnit"]
+
+
+def test_a_keeper_stop_that_fails_at_once_still_waits_for_the_hold(monkeypatch):
+    """A StopUnit refused as it is sent (the connection lost) is over at once (the sweeper
+    has the keeper): the name is free only once the hold is released too."""
+    releases, holds, world, watchers, bridge, start = wired(monkeypatch)
+    world.buses[0].answering = False
+    bridge.refuse_next(UnitError(errno.ECONNRESET, "lost connection to systemd"))
+    releases.release(UNIT, KEEPER)
+    assert releases.keepers.sweeper.swept == [KEEPER] and start.seen == []
+    answer_unref(world, watchers)
+    assert start.seen == [("start checked", True)]
+
+
+def test_a_unit_with_nothing_to_release_is_free_at_once():
+    """Never held, no keeper (a foreground exec of a plain unit): freed within release()."""
+    freed = []
+    releases = Releases(freed.append)
+    releases.holds = Holds(StubLog(), StubWatchers())
+    releases.keepers = types.SimpleNamespace()  # never asked: no keeper
+    releases.release(UNIT, None)
+    assert freed == [UNIT] and not releases.pending(UNIT)
+
+
+def test_feed_lets_a_done_record_s_unit_go_through_releases_alone():
+    """feed()'s DONE branch hands the unit and its keeper to Releases, the one place that
+    orders the release (holds and keepers have no release() here: called, it would raise)."""
+    from helpers import new
+
+    from flux_sdexec.adapters.service import SdexecService
+    from flux_sdexec.events import Unloading
+    from flux_sdexec.registry import Registry
+    from flux_sdexec.states import ProcState
+
+    p = new(unit=UNIT)
+    p.keeper = KEEPER
+    released = []
+    svc = types.SimpleNamespace(
+        accounting=types.SimpleNamespace(observe=lambda p: None),
+        runner=types.SimpleNamespace(run=lambda p, action: None),
+        calls=types.SimpleNamespace(started=lambda unit: None),
+        holds=types.SimpleNamespace(),
+        keepers=types.SimpleNamespace(),
+        registry=Registry(),
+        releases=types.SimpleNamespace(release=lambda *args: released.append(args)),
+        log=StubLog(),
+    )
+    svc.registry.add(p)
+    SdexecService.feed(svc, p, Unloading())
+    assert p.state is ProcState.DONE and released == [(UNIT, KEEPER)]
+    assert svc.registry.by_unit(UNIT) is None

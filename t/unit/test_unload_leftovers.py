@@ -1,0 +1,262 @@
+"""Accounting slices and keepers must not outlive sdexec (review 2026-12b finding 6).
+
+At unload, the stops of slices and keepers go out without waiting and the unload waits a
+bounded time for their answers; one answered with an error, or not answered in that time,
+left the slice or keeper running for good (the sweeper, closed, only noted its name; the
+bridge's close dropped the calls unanswered), and ``app-sdexec-*.slice`` is no unit glob a
+later sdexec adopts. Now such a stop is sent again, within a bound, and the next sdexec's
+load stops the slices and keepers of its instance and rank that no adopted unit uses.
+
+A fake bridge after the reactor stopped (teardown's clock is the test's, so the unload's
+bounded waits take no time), the real Sweeper, Keepers and Accounting stop.
+"""
+
+import errno
+import fnmatch
+import os
+import types
+
+import fluxpath
+from helpers import new
+from stubs import StubBus, StubLog, StubWatchers
+
+fluxpath.add()
+
+from flux_sdexec import handoff  # noqa: E402
+from flux_sdexec.adapters import adopt  # noqa: E402
+from flux_sdexec.adapters.service import SdexecService  # noqa: E402
+from flux_sdexec.adapters.systemd import teardown  # noqa: E402
+from flux_sdexec.adapters.systemd.keepers import Keepers, keeper_name  # noqa: E402
+from flux_sdexec.adapters.systemd.sweeper import Sweeper  # noqa: E402
+from flux_sdexec.adapters.usage import Accounting  # noqa: E402
+from flux_sdexec.containment.usage import accounting_slice  # noqa: E402
+from flux_sdexec.errors import UnitError  # noqa: E402
+from flux_sdexec.naming import UnitNamer  # noqa: E402
+from flux_sdexec.registry import Registry  # noqa: E402
+
+UNIT = "imp-shell-0-fA1:tb.service"
+SLICE = accounting_slice(UNIT, "0a1b2c3d")
+KEEPER = keeper_name(UNIT)
+NEVER = object()  # a call systemd never answers
+REFUSED = UnitError(errno.EIO, "Input/output error")
+
+
+class Late:
+    """An answer that comes in the unload's wait for the last answers, after the sweeper
+    closed (not at the first pump, ensure_connected's)."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+
+class UnloadBridge:
+    """The bridge as the unload uses it. Each call sent without waiting takes the next of
+    ``answers[(member, unit)]`` (none left: answered None), given back by a later pump(),
+    or never (NEVER). Blocking calls succeed. ``sent`` is every call, in order."""
+
+    def __init__(self, answers=None):
+        self.answers = answers or {}
+        self.sent, self.pending = [], []
+        self.rfd, self.wfd = os.pipe()
+        os.write(self.wfd, b"x")  # always readable: the unload's select() returns at once
+
+    def _call(self, member, unit, on_reply=None, timeout=None, **kwargs):
+        self.sent.append((member, unit))
+        if on_reply is not None:
+            queue = self.answers.get((member, unit), [])
+            self.pending.append((on_reply, queue.pop(0) if queue else None))
+
+    def stop_unit(self, unit, **kw):
+        self._call("StopUnit", unit, **kw)
+
+    def reset_failed_unit(self, unit, **kw):
+        self._call("ResetFailedUnit", unit, **kw)
+
+    def get_unit(self, unit, **kw):
+        self._call("GetUnit", unit, **kw)
+
+    def pump(self):
+        ready = [c for c in self.pending if c[1] is not NEVER and not isinstance(c[1], Late)]
+        self.pending = [
+            (on_reply, answer.answer if isinstance(answer, Late) else answer)
+            for on_reply, answer in self.pending
+            if answer is NEVER or isinstance(answer, Late)
+        ]
+        for on_reply, answer in ready:
+            on_reply(answer)
+
+    def next_deadline(self):
+        return 0.0 if self.pending else None
+
+    def fail_pending(self, exc):
+        pending, self.pending = self.pending, []
+        for on_reply, _ in pending:
+            on_reply(exc)
+
+    def fileno(self):
+        return self.rfd
+
+    def list_units(self, patterns):
+        return []
+
+    def close(self):
+        self.fail_pending(UnitError(errno.ECONNRESET, "closed"))
+        os.close(self.rfd)
+        os.close(self.wfd)
+
+
+class Clock:
+    """teardown's time: each look at the clock is 0.1 s later, sleeps are instant."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        self.now += 0.1
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def service(bridge):
+    """The parts of an SdexecService its unload uses, with nothing left to hand over."""
+    log = StubLog()
+    sweeper = Sweeper(bridge, StubBus(), StubWatchers(), log, lambda: 5.0)
+    keepers = Keepers(bridge, StubBus(), StubWatchers(), sweeper, log, lambda: 5.0, print)
+    closing = types.SimpleNamespace(close=lambda *a: None, cancel_all=lambda *a: None)
+    return types.SimpleNamespace(
+        jobs_outlive_shutdown=False,
+        unload_policy=handoff.KEEP_WAITABLE,
+        registry=Registry(),
+        holds=types.SimpleNamespace(held=set(), hand_over=lambda: None, close=lambda: None),
+        accounting=types.SimpleNamespace(slices=lambda procs: set(), close=lambda: None),
+        lookups=closing,
+        after_release=closing,
+        orphans=closing,
+        memos=closing,
+        calls=closing,
+        responder=types.SimpleNamespace(outbox=closing),
+        keepers=keepers,
+        sweeper=sweeper,
+        bridge=bridge,
+        broker_pid=None,
+        guard=handoff.guard_unit("tb", 0),
+        restart_grace=handoff.DEFAULT_RESTART_GRACE,
+        log=log,
+    )
+
+
+def unload_with_stops_in_flight(monkeypatch, answers):
+    """The unload of a service whose last record just went: its accounting slice's and its
+    keeper's StopUnit sent (as Accounting and Keepers send them), answered per ``answers``."""
+    monkeypatch.setattr(teardown, "time", Clock())
+    bridge = UnloadBridge(answers)
+    svc = service(bridge)
+    Accounting._stop_slice(types.SimpleNamespace(svc=svc), SLICE)
+    svc.keepers.release(UNIT, KEEPER)
+    SdexecService.unload(svc, handoff.RUN_STATE)
+    return bridge, svc.log
+
+
+def stops(bridge, unit):
+    return [c for c in bridge.sent if c == ("StopUnit", unit)]
+
+
+def test_a_slice_and_keeper_stopped_with_an_error_are_stopped_again(monkeypatch):
+    """Answered with an error once the sweeper had closed: it only noted the names."""
+    bridge, log = unload_with_stops_in_flight(
+        monkeypatch, {("StopUnit", SLICE): [Late(REFUSED)], ("StopUnit", KEEPER): [Late(REFUSED)]}
+    )
+    assert stops(bridge, SLICE) == [("StopUnit", SLICE)] * 2
+    assert stops(bridge, KEEPER) == [("StopUnit", KEEPER)] * 2
+    assert not [line for line in log.at("error") if "not stopped" in line]
+
+
+def test_a_slice_and_keeper_whose_stop_is_not_answered_are_stopped_again(monkeypatch):
+    """Not answered in the unload's wait: the bridge's close dropped the calls."""
+    bridge, log = unload_with_stops_in_flight(
+        monkeypatch, {("StopUnit", SLICE): [NEVER], ("StopUnit", KEEPER): [NEVER]}
+    )
+    assert stops(bridge, SLICE) == [("StopUnit", SLICE)] * 2
+    assert stops(bridge, KEEPER) == [("StopUnit", KEEPER)] * 2
+    assert not [line for line in log.at("error") if "not stopped" in line]
+
+
+def test_what_is_not_stopped_the_second_time_is_logged_by_name(monkeypatch):
+    """Bounded: one more stop each, then the names are logged (the next load stops them)."""
+    bridge, log = unload_with_stops_in_flight(
+        monkeypatch,
+        {("StopUnit", SLICE): [NEVER, NEVER], ("StopUnit", KEEPER): [Late(REFUSED)] * 2},
+    )
+    assert stops(bridge, SLICE) == [("StopUnit", SLICE)] * 2
+    assert stops(bridge, KEEPER) == [("StopUnit", KEEPER)] * 2
+    errors = log.at("error")
+    assert [line for line in errors if line.startswith(f"{SLICE}: not stopped")]
+    assert [line for line in errors if line.startswith(f"{KEEPER}: not stopped")]
+
+
+def test_slices_and_keepers_stopped_at_once_are_not_stopped_again(monkeypatch):
+    """An answer before the sweeper closed goes to it, and the unload stops what it has."""
+    bridge, _ = unload_with_stops_in_flight(monkeypatch, {})
+    assert stops(bridge, SLICE) == [("StopUnit", SLICE)]
+    assert stops(bridge, KEEPER) == [("StopUnit", KEEPER)]
+
+
+# ---- the next sdexec's load ----
+
+
+class LoadBridge:
+    """What systemd has loaded at the next load: ``slices`` only, no unit of the glob."""
+
+    def __init__(self, slices):
+        self.slices = slices
+        self.sent = []
+
+    def list_units(self, patterns):
+        """As ListUnitsByPatterns: each unit matching any of the globs, once."""
+        loaded = [s for s in self.slices if any(fnmatch.fnmatchcase(s, p) for p in patterns)]
+        return [(s, "active", "active") for s in loaded]
+
+
+def test_the_next_load_stops_its_leftover_slices_and_keepers_only(monkeypatch):
+    """Ours (this instance and rank), used by no adopted unit: stopped through the sweeper.
+    An adopted unit's, another rank's, another instance's, and anything else: left alone."""
+    namer = UnitNamer("tb", 0, rank_suffix=True)
+    ours = namer.name("imp-shell-0-fA1")
+    other_rank = UnitNamer("tb", 1, rank_suffix=True).name("imp-shell-0-fA1")
+    other_instance = UnitNamer("tc", 0, rank_suffix=True).name("imp-shell-0-fA1")
+    left = [accounting_slice(ours, "0a1b2c3d"), keeper_name(ours)]
+    others = [accounting_slice(u, "0a1b2c3d") for u in (other_rank, other_instance)]
+    others += [keeper_name(other_rank), keeper_name(other_instance)]
+    others += ["app-sdexec.slice", "app.slice", "user-1000.slice", "x:tb.slice"]
+    adopted = new(unit=namer.name("imp-shell-1-fB2"), adopted=True)  # found at load
+    adopted.accounting_slice = accounting_slice(adopted.unit.name, "4e5f6a7b")
+    adopted.keeper = keeper_name(adopted.unit.name)
+    others += [adopted.accounting_slice, adopted.keeper]
+    bridge = LoadBridge(left + others)
+    swept = []
+    registry = Registry()
+    registry.add(adopted)
+    svc = types.SimpleNamespace(
+        bridge=bridge,
+        namer=namer,
+        registry=registry,
+        guard=handoff.guard_unit("tb", 0),
+        log=StubLog(),
+        sweeper=types.SimpleNamespace(sweep=lambda unit, why: swept.append(unit)),
+    )
+    assert adopt.adopt_leftovers(svc) == 0
+    assert sorted(swept) == sorted(left)
+
+
+def test_the_bridge_s_close_answers_the_calls_it_drops():
+    """bridge.py's close() dropped the calls still pending unanswered: their senders never
+    learnt (a keeper's or slice's stop then went to no sweeper at all)."""
+    from flux_sdexec.adapters.systemd.bridge import SystemdBridge
+
+    bridge = SystemdBridge(lambda unit, props: None, ())
+    answers = []
+    bridge._pending[1] = (0.0, answers.append, None)  # a StopUnit sent, not answered yet
+    bridge.close()
+    assert [exc.errno for exc in answers] == [errno.ECONNRESET]
