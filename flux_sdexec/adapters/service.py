@@ -288,5 +288,6 @@ class SdexecService:
         teardown.await_replies(self.bridge, self.log)  # the stops of slices, keepers
         self.keepers.close()
         self.bridge.close()
+        self.accounting.flush()  # waits held for a usage lookup the reactor will not answer
         self.responder.outbox.close()
         self.accounting.close()
