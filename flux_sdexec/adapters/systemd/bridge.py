@@ -78,7 +78,8 @@ class SystemdBridge:
         self._on_change = on_change
         self.signals = UnitSignals(shared)  # which signals reach us, and how many others do
         self._decoder = PropsDecoder(tracked)
-        self._reads = PropsDecoder((*tracked, "LoadState"))  # read_unit's GetAll answers
+        # read_unit's GetAll answers: whether the unit was ever active too (unitstate.py)
+        self._reads = PropsDecoder((*tracked, "LoadState", "ActiveEnterTimestamp"))
         self._user_mode = user_mode
         self._bus = None
         self._lost = False
@@ -251,7 +252,8 @@ class SystemdBridge:
 
     def read_unit(self, unit, on_reply, timeout=CALL_TIMEOUT_SEC):
         """GetAll of every interface of the unit, sent without waiting: a later pump() calls
-        ``on_reply(None, props)`` (LoadState and the tracked names) or ``on_reply(UnitError)``.
+        ``on_reply(None, props)`` (LoadState, ActiveEnterTimestamp and the tracked names) or
+        ``on_reply(UnitError)``.
         Answered after every call sent before it. A unit systemd does not have answers
         LoadState "not-found" and is loaded as a stub for a moment: GetUnit would find it."""
         path = sdbus.path_encode(UNIT_PREFIX, unit)
