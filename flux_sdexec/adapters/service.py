@@ -13,7 +13,7 @@ import json
 import os
 
 from flux_sdexec import handoff, orphans, settle, unitstate
-from flux_sdexec.adapters import adopt, cgroup
+from flux_sdexec.adapters import adopt, cgroup, introspect
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.after_release import StartsAfterRelease
 from flux_sdexec.adapters.catchup import CatchUp
@@ -138,6 +138,7 @@ class SdexecService:
             lambda: self.debug,
         )
         self.after_release = StartsAfterRelease(self.serve, self.responder.respond_error, sender_of)
+        self.listings = introspect.UnitListings(self)  # sdexec.units, answered from systemd
         self.orphans = OrphanWatch(self, orphan_interval)
         # waitable units stay loaded once ended (holds.py); a start of a name whose Unref is
         # not answered yet waits for it (after_release.py)
@@ -247,6 +248,7 @@ class SdexecService:
             )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         self.after_release.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
+        self.listings.close(errno.ENOSYS, UNLOADING_TEXT)
         self.orphans.close()
         self.memos.close()
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]

@@ -19,8 +19,9 @@ The split (measured, see doc/dev/performance.md):
   through dbus-daemon, and systemd skips the bus lookups it makes for each job's requester:
   a unit's start-to-EOF cycle measured 3.3 ms instead of 4.0 ms. A private connection gets
   every signal of the manager, unasked; pump() drops what is not a watched unit's.
-- Rare calls, on pystemd (rare.py, its own connection): listing units (adoption, unload)
-  and reading all of a unit's properties (adoption) need a general D-Bus decoder; signals
+- Rare calls, on pystemd (rare.py, its own connection): listing units (adoption, unload;
+  ``sdexec.units``, which runs on the reactor, lists on the hot path without waiting) and
+  reading all of a unit's properties (adoption) need a general D-Bus decoder; signals
   and answers then come over two connections: pump() before them. After a reconnect,
   ``read_unit`` reads the tracked properties on the hot path, in order with the signals.
 
@@ -198,7 +199,12 @@ class SystemdBridge:
         elif decode is None:
             on_reply(None)
         else:
-            on_reply(None, decode(m))
+            try:
+                result = decode(m)
+            except OSError as exc:  # a reply we cannot read still answers its call, once
+                on_reply(UnitError(exc.errno or errno.EPROTO, f"unreadable reply: {exc}"))
+                return
+            on_reply(None, result)
 
     def _lose(self, exc):
         """A failed process(): fail the pending calls with ECONNRESET if the bus is lost."""
@@ -296,7 +302,19 @@ class SystemdBridge:
         self._connected()
         return self._rare.get_unit_properties(sdbus.path_encode(UNIT_PREFIX, unit))
 
-    def list_units(self, patterns: list[str]) -> list[tuple[str, str, str]]:
-        """Loaded units matching the globs, as (name, ActiveState, SubState)."""
-        self._connected()
-        return self._rare.list_units(patterns)
+    def list_units(self, patterns: list[str], on_reply=None, timeout=CALL_TIMEOUT_SEC):
+        """Loaded units matching the globs, as (name, ActiveState, SubState).
+
+        Without ``on_reply``, a blocking call on pystemd (adoption at load, teardown: no
+        reactor runs then). With it, ListUnitsByPatterns goes on the hot path without
+        waiting (``sdexec.units`` while the reactor runs): a later pump() calls
+        ``on_reply(None, units)`` or ``on_reply(UnitError)``.
+        """
+        if on_reply is None:
+            self._connected()
+            return self._rare.list_units(patterns)
+        target = (MANAGER_PATH, MANAGER, sdbus.read_unit_list)
+        self._call(
+            b"ListUnitsByPatterns", b"asas", ([], patterns), on_reply, timeout, target=target
+        )
+        return None
