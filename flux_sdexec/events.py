@@ -21,9 +21,11 @@ class StartFailed:
 
 @dataclass(frozen=True)
 class UnitChanged:
-    """systemd sent PropertiesChanged for the unit."""
+    """systemd sent PropertiesChanged for the unit; or, ``reread``, the unit was read
+    (GetAll) after signals may have been lost (unitstate.Unit.update)."""
 
     props: dict
+    reread: bool = False
 
 
 @dataclass(frozen=True)

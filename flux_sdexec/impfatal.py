@@ -12,9 +12,15 @@ broker <host> (rank N): flux-imp: Fatal: ..." (exit code 126).
 
 A job shell's node is then drained, as job-exec drains a multi-user shell that ended
 before its first barrier ("could indicate an unrecoverable node issue"), but only if
-the IMP never reported READY=1 (Type=notify: the unit never became active): before that
-no code of the job's user has run, so the line cannot be one the user wrote on the
-shared stderr. Pure: stdlib and the core only.
+systemd says the IMP never reported READY=1 (Type=notify: the unit never became active,
+``Unit.never_active``): before that no code of the job's user has run, so the line cannot
+be one the user wrote on the shared stderr. The stderr line only gives the drain its text;
+what decides it is systemd's account of the unit: every signal since the start seen
+without "active", or, after signals were lost (a reconnect), a read whose
+ActiveEnterTimestamp is 0. A unit that was ever active, or whose history is unknown (a
+read that does not say, a unit systemd forgot meanwhile), never drains the node: a user
+who writes ``flux-imp: Fatal: x`` and exits non-zero fails their own job (EPERM) and
+nothing more. Pure: stdlib and the core only.
 """
 
 import errno
@@ -74,9 +80,10 @@ def failure(p):
 
 def drain_reason(p):
     """The drain reason for ``p``'s IMP failure, or None when the node is not drained: not
-    a job shell, or the IMP had reported ready (the job's own code may have run)."""
+    a job shell, or systemd does not say the IMP never reported ready (it did, and the
+    job's own code may have run; or its history is unknown)."""
     job = shell_job(p)
-    if job is None or p.unit.was_active or p.imp_error.line is None:
+    if job is None or not p.unit.never_active or p.imp_error.line is None:
         return None
     return f"IMP error for job {job}: {p.imp_error.line}"
 

@@ -71,7 +71,7 @@ def handle(p, event):
     unit = None
     if type(event) is UnitChanged:
         unit = p.unit.copy()
-        if not unit.update(event.props):
+        if not unit.update(event.props, event.reread):
             return []
     d = p.draft(unit)
     actions = []

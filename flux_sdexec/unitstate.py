@@ -61,6 +61,7 @@ class Unit:
         "result",
         "left_inactive",
         "was_active",
+        "activity_unknown",
     )
 
     def __init__(self, name):
@@ -72,23 +73,41 @@ class Unit:
         self.status = None
         self.result = None
         self.left_inactive = False  # systemd's first signal shows inactive/dead, before the start
-        self.was_active = False  # it was seen active (Type=notify: READY=1 came), latched
+        self.was_active = False  # it was active (Type=notify: READY=1 came), latched
+        # signals were lost (a reconnect, an adoption) and no read said whether it was active
+        self.activity_unknown = False
 
     def copy(self):
         c = Unit.__new__(Unit)  # once per signal: spelled out, no loop over __slots__
         c.name, c.active_state, c.sub_state = self.name, self.active_state, self.sub_state
         c.pid, c.code, c.status, c.result = self.pid, self.code, self.status, self.result
         c.left_inactive, c.was_active = self.left_inactive, self.was_active
+        c.activity_unknown = self.activity_unknown
         return c
 
-    def update(self, props):
+    def update(self, props, reread=False):
         """Merge one signal's properties; return True if anything we track changed.
 
-        LoadState "not-found" (a GetAll answer, never a signal) says systemd has forgotten
-        a unit whose start it took: it ran and is gone (the adapters read it only then).
+        ``reread``: ``props`` is a read of the unit (GetAll) after signals may have been
+        lost (a reconnect's catch-up, an adoption). Whether the unit was ever active then
+        comes from systemd's own record, ActiveEnterTimestamp (0 until the unit first
+        enters active; READY=1 for Type=notify): set, it was; 0, it never was; absent, or
+        the read of a unit systemd forgot, unknown (``activity_unknown``) until a read
+        says. LoadState "not-found" (a GetAll answer, never a signal) says systemd has
+        forgotten a unit whose start it took: it ran and is gone (the adapters read it
+        only then).
         """
         u = self
         before = (u.active_state, u.sub_state, u.pid, u.code, u.result, u.left_inactive)
+        before += (u.was_active, u.activity_unknown)
+        if reread:
+            entered = props.get("ActiveEnterTimestamp")
+            forgotten = props.get("LoadState") == "not-found"  # a stub's timestamps
+            if entered is None or forgotten:
+                self.activity_unknown = True
+            else:
+                self.was_active |= entered > 0
+                self.activity_unknown = False  # systemd's record covers the gap
         state = props.get("ActiveState")
         if state is not None:
             self.active_state = state if state in ACTIVE_STATES else "unknown"
@@ -107,7 +126,8 @@ class Unit:
             self.code, self.status = code, status
         if self.result is None and props.get("Result", "success") != "success":
             self.result = props["Result"]
-        return before != (u.active_state, u.sub_state, u.pid, u.code, u.result, u.left_inactive)
+        after = (u.active_state, u.sub_state, u.pid, u.code, u.result, u.left_inactive)
+        return before != after + (u.was_active, u.activity_unknown)
 
     def found_at_load(self, props):
         """Take a unit found at load (one GetAll, a consistent snapshot): inactive with an
@@ -115,6 +135,13 @@ class Unit:
         predecessor's guard: an IMP's unit ends inactive, not "exited")."""
         ended = props.get("ActiveState") == "inactive" and props.get("ExecMainCode")
         self.left_inactive |= bool(ended)
+
+    @property
+    def never_active(self):
+        """systemd's word that the unit never became active (for Type=notify: its main
+        process never sent READY=1): every signal since the start was seen without
+        "active", or a read after a gap said so. False when unknown."""
+        return not self.was_active and not self.activity_unknown
 
     @property
     def state(self):

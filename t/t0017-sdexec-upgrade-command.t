@@ -7,7 +7,8 @@ Runs under flux start --test-size=2 with [exec] service = "sdexec", method =
 1- and 2-node jobs, some still in their startup window, it completes them all with
 their own exit codes and leaves no unit; with bulk-exec jobs running it refuses and
 changes nothing, and --force goes on, saying which jobs end; a failed reload brings
-service back.'
+service back; a module reached through a symlinked directory upgrades and the report says
+which file each rank runs.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
@@ -238,6 +239,26 @@ test_expect_success 'a record nobody asks for goes 20 s after the upgrade announ
 	logged_on1 "byhand\[[0-9]*\]: job-exec loaded: collectable for 20s" &&
 	sdexec_wait_until logged_on1 "byhand\[[0-9]*\]: not collected within 20s, let go" &&
 	sdexec_check_no_units
+'
+
+# Versions side by side, the module reached through a symlinked directory (/opt/sdexec/current
+# at a site): the broker lists the path as given, the module reports the file it resolved.
+# In /tmp: the trash directory's name has a space.
+LINKED=$(mktemp -d /tmp/sdexec-t0017-link.XXXXXX)
+cleanup "rm -rf \"$LINKED\""
+ln -s "$(dirname "$SDEXEC_MODULE")" "$LINKED/current"
+test_expect_success 'an upgrade through a symlinked directory succeeds and says what runs' '
+	id=$(flux submit -N2 -n2 sh -c "sleep 1; exit 7") &&
+	wait_event $id start &&
+	$upgrade --module "$LINKED/current/sdexec.py" >linked.out 2>linked.err &&
+	test_debug "cat linked.out linked.err" &&
+	grep "upgrade: sdexec reloaded from $LINKED/current/sdexec.py on 2 rank(s)" linked.out &&
+	grep "upgrade: ranks 0-1 run $(realpath "$SDEXEC_MODULE")\$" linked.out &&
+	flux exec -r all flux module list -l >linked-modules.out &&
+	test $(grep -c "^sdexec .* $LINKED/current/sdexec.py\$" linked-modules.out) -eq 2 &&
+	wait_event $id clean &&
+	test_expect_code 7 flux job status $id &&
+	! flux job eventlog $id | grep exception
 '
 
 test_expect_success 'no unit of the instance is left at the end' '

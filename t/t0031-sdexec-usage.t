@@ -9,7 +9,9 @@ memory), a 2-node job two rows and a total, a running job rising CPU; the raw re
 flux job info JOBID sdexec-usage.RANK. Under MemoryMax=50M a 200 MB job prints the oom
 exception (rank, count, limit) and reports oom_kills >= 1 and a peak near 50M; a job whose
 child is OOM-killed but exits 0 stays successful. flux exec --service sdexec: the figures at
-debug level in flux dmesg and in the sdexec.wait answer. No unit or slice is left.'
+debug level in flux dmesg and in the sdexec.wait answer. A job shell that ended before
+an sdexec reload keeps the record written at its exit (the next sdexec looks it up rather
+than writing one of nulls over it). No unit or slice is left.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
@@ -111,6 +113,32 @@ print(json.dumps(flux.Flux().rpc(\"sdexec.wait\", {\"pid\": -1, \"label\": \"use
 	test_debug "cat wait.json" &&
 	jq -e ".status == 0 and .usage.cpu_user_s > 0 and .usage.result == \"success\"" wait.json &&
 	flux dmesg | grep "sdexec.debug.*use1.*usage {"
+'
+# A job shell that ended while job-exec was out (an upgrade): the sdexec it ended under wrote
+# its job's record; the next one adopts the ended unit and must keep that record (it used to
+# write one of nulls over it, the slice being unreadable then) and answer the wait with it.
+# A held job stands for the job: it is active (no orphan check stops its "shell") and has a
+# KVS directory.
+test_expect_success 'an ended job shell adopted after a reload keeps its record, the wait has it' '
+	id=$(flux submit --urgency=hold true) &&
+	label=shell-0-$(flux job id --to=f58plain $id) &&
+	flux exec -r 0 --service sdexec --bg --waitable --label=$label python3 -c "$BURN" &&
+	sdexec_wait_until zombie $label &&
+	sdexec_wait_until flux job info $id sdexec-usage.0 >/dev/null 2>&1 &&
+	flux job info $id sdexec-usage.0 | jq -S . >kept-before.json &&
+	flux module reload $SDEXEC_MODULE &&
+	flux python -c "import flux, json, sys
+print(json.dumps(flux.Flux().rpc(\"sdexec.wait\", {\"pid\": -1, \"label\": sys.argv[1]}).get()))" \
+		$label >kept-wait.json &&
+	flux job info $id sdexec-usage.0 | jq -S . >kept-after.json &&
+	test_debug "cat kept-before.json kept-wait.json" &&
+	test_cmp kept-before.json kept-after.json &&
+	jq -e ".cpu_user_s > 0" kept-after.json &&
+	jq -S ".usage" kept-wait.json >kept-wait-usage.json &&
+	jq -S "del(.rank, .host, .unit)" kept-before.json >kept-figures.json &&
+	test_cmp kept-figures.json kept-wait-usage.json &&
+	flux dmesg | grep "$label.*usage of job .* was recorded by the sdexec before: kept" &&
+	flux cancel $id
 '
 test_expect_success 'under MemoryMax=50M: a 200 MB job prints the oom exception' '
 	sdexec_set_config oom "[exec.sdexec-properties]

@@ -77,11 +77,16 @@ class ActionRunner:
     def answer_wait(self, p, a):
         if a.error is not None:
             self.svc.responder.respond_error(a.waiter.msg, *a.error)
-        else:
-            result = responses.wait_result(a.status, list(a.output))
+            return
+        result = responses.wait_result(a.status, list(a.output))
+
+        def send():
             if p.usage is not None:
                 result["usage"] = p.usage  # flux-core's clients read status and output only
             self.svc.responder.respond(a.waiter.msg, result)
+
+        # an adopted job shell's usage is its job's record, looked up first (adapters/usage.py)
+        self.svc.accounting.after_usage(p, send)
 
     def check_containment(self, p, a):
         self.svc.feed(

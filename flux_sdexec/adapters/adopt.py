@@ -58,7 +58,7 @@ def adopt_leftovers(svc):
             p.unit.found_at_load(props)
             start_usec = props.get("ExecMainStartTimestamp")
             p.started_at = start_usec / 1e6 if start_usec else None
-            svc.feed(p, UnitChanged(props))
+            svc.feed(p, UnitChanged(props, reread=True))  # its history before is unknown
             svc.orphans.consider(p)  # its job may be over: no job-exec may ask for it
             adopted += 1
             svc.log.info(f"adopted {unit} ({p.unit.state}, pid {p.pid})")

@@ -2,9 +2,11 @@
 
 Signals sent while the connection was down are lost, so each tracked unit is read again
 (``bridge.read_unit``: GetAll on the hot connection, answered in order with its signals)
-and fed as one UnitChanged. The calls whose reply was lost look their unit up first
-(calls.py): on the same connection those GetUnit are answered before the reads, so the
-"not-found" stub a read of a missing unit loads cannot pass for the unit.
+and fed as one UnitChanged, marked ``reread``: what happened in the gap is known only from
+what the read says (whether the unit was ever active: its ActiveEnterTimestamp). The calls
+whose reply was lost look their unit up first (calls.py): on the same connection those
+GetUnit are answered before the reads, so the "not-found" stub a read of a missing unit
+loads cannot pass for the unit.
 
 One rule for a unit systemd answers "not-found": while its start has not settled, systemd
 may not have it yet (the start's lookup sends it again, and its signals follow): ignored.
@@ -75,4 +77,4 @@ class CatchUp:
             if p.pid > 0 and p.unit.code is None:
                 self.lost(p)
                 return
-        self.feed(p, UnitChanged(props))
+        self.feed(p, UnitChanged(props, reread=True))

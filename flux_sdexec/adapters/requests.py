@@ -235,7 +235,7 @@ class Requests:
     def units(self, msg):
         """``sdexec.units``: the tracked processes (and, asked for, the untracked units)."""
         untracked = protocol.parse_units(payload_of(msg, "units"))
-        self.svc.responder.respond(msg, introspect.units(self.svc, untracked))
+        self.svc.listings.answer(msg, untracked)  # with all: from the listing's reply
 
     def disconnect(self, msg):
         """RFC 6 disconnect: tell the client's processes, the ones it waits on, and the

@@ -13,7 +13,7 @@ import json
 import os
 
 from flux_sdexec import handoff, orphans, settle, unitstate
-from flux_sdexec.adapters import adopt, cgroup
+from flux_sdexec.adapters import adopt, cgroup, introspect
 from flux_sdexec.adapters.actions import ActionRunner
 from flux_sdexec.adapters.after_release import Releases, StartsAfterRelease
 from flux_sdexec.adapters.catchup import CatchUp
@@ -138,6 +138,7 @@ class SdexecService:
             lambda: self.debug,
         )
         self.after_release = StartsAfterRelease(self.serve, self.responder.respond_error, sender_of)
+        self.listings = introspect.UnitListings(self)  # sdexec.units, answered from systemd
         self.orphans = OrphanWatch(self, orphan_interval)
         # waitable units stay loaded once ended (holds.py), notify ones through a bus loss
         # (keepers.py); a start of a name whose hold and keeper are not both released yet
@@ -248,6 +249,7 @@ class SdexecService:
             )
         self.lookups.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         self.after_release.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
+        self.listings.close(errno.ENOSYS, UNLOADING_TEXT)
         self.orphans.close()
         self.memos.close()
         units = [p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep]
@@ -294,5 +296,6 @@ class SdexecService:
             teardown.stop_again(self.bridge, self.log, late)
         self.keepers.close()
         self.bridge.close()
+        self.accounting.flush()  # waits held for a usage lookup the reactor will not answer
         self.responder.outbox.close()
         self.accounting.close()

@@ -9,6 +9,17 @@ from each rank, beside the job's other keys; ``flux job info JOBID sdexec-usage.
 OOM kills of a job shell's unit become a non-fatal job exception of type ``oom``. The slice
 is stopped once the unit is gone. Nothing here blocks or raises into the caller: a failed
 read or commit is logged.
+
+A job shell adopted at load may have ended under the sdexec before (a bgexec shell that
+ended while job-exec was out for an upgrade, or just before a crash): that sdexec wrote its
+record, raised its ``oom`` exception and, at an unload, stopped its slice. Reading the
+slice again would give nulls (it is gone) or count the OOM kills a second time. So the
+first read of an adopted job shell's exit looks its record up in the job's KVS directory
+first, without waiting (a KVS lookup answered on the reactor): there, the record written
+is the process's usage and nothing is written or raised; not there, the figures read at
+the exit are written as for any exec. The KVS is the one place that survives both an
+upgrade and a crash, and a record written is never one this sdexec has to guess. A wait
+answered meanwhile goes out from the lookup's reply (``after_usage``), with the record.
 """
 
 import errno
@@ -46,7 +57,10 @@ class Accounting:
         self.v1_memory = self.layout != cgroups.UNIFIED and "memory" in self.mounts
         self.oom_log = OomLog.open(kmsg) if self.v1_memory else None
         self.parent = None  # app-sdexec.slice's cgroup path, learnt from the first unit seen
-        self.pending = set()  # futures of commits and exceptions in flight
+        self.pending = set()  # futures of commits, exceptions and lookups in flight
+        # adopted job shells whose job's record may exist already: id(p) -> (p, exit time)
+        self.unchecked = {}
+        self.checking = {}  # their lookups in flight: id(p) -> _Check
 
     def place(self, p, props):
         """The start ``props`` of ``p`` with a slice of its own (unchanged if the client
@@ -58,9 +72,13 @@ class Accounting:
         return props + [("Slice", "s", p.accounting_slice)]
 
     def adopted(self, p, props):
-        """An adopted unit's slice, from what systemd says (``props``)."""
+        """An adopted unit's slice, from what systemd says (``props``); a job shell's record
+        is looked up before one is written (the module docstring)."""
         if usage.is_accounting_slice(props.get("Slice")):
             p.accounting_slice = props["Slice"]
+            if _job_of(p) is not None:
+                exit_usec = props.get("ExecMainExitTimestamp")
+                self.unchecked[id(p)] = (p, exit_usec / 1e6 if exit_usec else None)
 
     def observe(self, p):
         """After each input of ``p``: learn where slices are, read ``p``'s at its exit, stop
@@ -71,18 +89,39 @@ class Accounting:
             name = p.accounting_slice
             if name is None:
                 return
-            if p.usage is None:
+            if p.usage is None and id(p) not in self.checking:
                 if self.parent is None and p.unit.pid:
                     self._learn(p.unit.pid, p.unit.name)
-                if p.unit.finished:
+                if p.unit.finished and id(p) in self.unchecked:
+                    self._check(p)
+                elif p.unit.finished:
                     self._finished(p)
             swept = p.unit.name in self.svc.sweeper  # its start unanswered, say
             going = p.unit.gone or p.stop_sent or p.reset_sent or swept
             if p.state is ProcState.DONE and going and not p.slice_stopped:
                 p.slice_stopped = True
                 self._stop_slice(name)
+            if p.state is ProcState.DONE:
+                self.unchecked.pop(id(p), None)
         except Exception as exc:  # never in the way of the exec's own answers
             self.svc.log.error(f"{p.unit.name}: usage: {exc!r}")
+
+    def after_usage(self, p, send):
+        """Call ``send()`` once ``p.usage`` is settled: now, or from the reply of the lookup
+        of its job's record (an adopted job shell, the module docstring)."""
+        check = self.checking.get(id(p))
+        if check is None:
+            send()
+        else:
+            check.waiting.append(send)
+
+    def flush(self):
+        """At unload: the lookups still out will not be answered; send what waits on them
+        (the usage unknown: answers go without it)."""
+        checks, self.checking = list(self.checking.values()), {}
+        for check in checks:
+            self.svc.log.error(f"{check.p.unit.name}: usage: unload before the job's record")
+            check.release(self.svc.log)
 
     def slices(self, procs):
         """The accounting slices of ``procs`` (the guard of handed-over units stops them too,
@@ -102,8 +141,10 @@ class Accounting:
                 continue
             if p.accounting_slice is None:
                 continue
-            rec = p.usage if p.usage is not None else self._record(p)
-            entry = {"unit": p.unit.name, "jobid": plain, "running": p.usage is None}
+            check = self.checking.get(id(p))  # its job's record being looked up: it ended
+            running = p.usage is None and check is None
+            rec = p.usage if p.usage is not None else check.read if check else self._record(p)
+            entry = {"unit": p.unit.name, "jobid": plain, "running": running}
             procs.append(dict(rec, **entry))
         self.svc.responder.respond(msg, {"rank": self.svc.rank, "host": self.host, "procs": procs})
 
@@ -138,8 +179,9 @@ class Accounting:
 
         return read
 
-    def _record(self, p):
-        wall = time.time() - p.started_at if p.started_at else None
+    def _record(self, p, exited_at=None):
+        """The record of ``p`` read now; ``exited_at``: when it exited, if before now."""
+        wall = (exited_at or time.time()) - p.started_at if p.started_at else None
         u = p.unit
         name = p.accounting_slice
         read = self._read(f"{self.parent}/{name}")
@@ -156,12 +198,83 @@ class Accounting:
         if self.oom_log is not None:
             self.oom_log.close()
 
-    def _finished(self, p):
-        p.usage = self._record(p)
+    def _finished(self, p, rec=None):
+        p.usage = rec or self._record(p)
         self.svc.log.debug(f"{p.unit.name}: usage {json.dumps(p.usage, sort_keys=True)}")
-        plain = job_id(p.cmd.label) or job_id(p.unit.name)
+        plain = _job_of(p)
         if plain is not None:
             self._to_job(p, plain)
+
+    # ---- an adopted job shell: its job's record first ----
+
+    def _check(self, p):
+        """Read ``p``'s slice now (it goes once p is done), and look the job's record up
+        before writing one."""
+        _, exited_at = self.unchecked.pop(id(p))
+        check = self.checking[id(p)] = _Check(p, self._record(p, exited_at))
+        plain = _job_of(p)
+
+        def on_reply(exc, record=None):
+            if self.checking.get(id(p)) is not check:
+                return  # flushed at unload
+            del self.checking[id(p)]
+            try:
+                self._settle(p, plain, check.read, exc, record)
+            except Exception as bug:  # the held answers go out all the same
+                self.svc.log.error(f"{p.unit.name}: usage: {bug!r}")
+            check.release(self.svc.log)
+
+        try:
+            self._lookup(plain, on_reply)
+        except Exception as exc:  # not sent: whether it is written stays unknown
+            on_reply(exc if isinstance(exc, OSError) else OSError(errno.EINVAL, repr(exc)))
+
+    def _settle(self, p, plain, read, exc, record):
+        """The lookup's reply: the record found is ``p``'s usage; none (ENOENT) has the one
+        ``read`` at the exit written; an error leaves the KVS alone."""
+        if record is not None:
+            p.usage = {k: v for k, v in record.items() if k not in _PLACE}
+            self.svc.log.info(
+                f"{p.unit.name}: usage of job {plain} on rank {self.svc.rank} was recorded "
+                "by the sdexec before: kept"
+            )
+        elif exc is None or exc.errno == errno.ENOENT:
+            self._finished(p, read)
+        else:
+            p.usage = read
+            self.svc.log.error(
+                f"{p.unit.name}: usage: cannot tell whether job {plain}'s record is written"
+                f" ({exc.strerror or exc}): left as it is"
+            )
+
+    def _lookup(self, plain, on_reply):
+        """Look up ``job.<id>.sdexec-usage.<rank>`` without waiting; from the reactor,
+        ``on_reply(None, record)``, ``on_reply(None)`` when absent, or ``on_reply(OSError)``."""
+        import flux.kvs  # flux's: not in the unit tier
+        from flux.core.inner import ffi
+        from flux.future import Future
+        from flux.job import JobID
+
+        key = f"job.{JobID(plain).dothex}.{KVS_DIR}.{self.svc.rank}"
+        future = Future(flux.kvs.RAW.flux_kvs_lookup(self.svc.h, None, 0, key))
+
+        def done(f):
+            self.pending.discard(f)
+            exc, record = None, None
+            try:
+                valp = ffi.new("char *[1]")
+                flux.kvs.RAW.flux_kvs_lookup_get(f, valp)
+                record = json.loads(ffi.string(valp[0]).decode()) if valp[0] else None
+                if not isinstance(record, dict):
+                    raise OSError(errno.EPROTO, f"{key}: not a usage record")
+            except OSError as err:
+                exc = None if err.errno == errno.ENOENT else err
+            except Exception as err:  # a callback must not raise into the reactor
+                exc = OSError(errno.EPROTO, f"{key}: {err!r}")
+            on_reply(exc, record if exc is None else None)
+
+        self.pending.add(future)
+        future.then(done)
 
     # ---- the job's record and exception ----
 
@@ -209,3 +322,30 @@ class Accounting:
             self.svc.bridge.stop_unit(name, on_reply=on_reply)
         except UnitError as exc:
             on_reply(exc)
+
+
+_PLACE = ("rank", "host", "unit")  # what a job's record adds to a process's usage
+
+
+def _job_of(p):
+    """The f58plain job id of a job shell's SdProc ``p``, or None."""
+    return job_id(p.cmd.label) or job_id(p.unit.name)
+
+
+class _Check:
+    """One adopted job shell's lookup in flight: the record read at its exit, and the
+    sends (after_usage) that wait for the reply."""
+
+    __slots__ = ("p", "read", "waiting")
+
+    def __init__(self, p, read):
+        self.p, self.read, self.waiting = p, read, []
+
+    def release(self, log):
+        """Send what waits, each once; one that raises is logged."""
+        waiting, self.waiting = self.waiting, []
+        for send in waiting:
+            try:
+                send()
+            except Exception as exc:
+                log.error(f"{self.p.unit.name}: wait answer: {exc!r}")

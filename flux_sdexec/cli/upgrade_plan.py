@@ -1,9 +1,13 @@
 """The decisions of ``flux sdexec upgrade``, apart from the broker: which running jobs
 survive a job-exec removal, which hold it up, what each rank must show afterwards, and
-the report. Pure: stdlib only (cli/upgrade.py talks to flux).
+the report. Pure: stdlib only (cli/upgrade.py talks to flux); module paths are compared
+as the files they resolve to (os.path.realpath), on the node the command runs on.
 """
 
+import os
 from dataclasses import dataclass, field
+
+from flux_sdexec.containment.mapper.base import encode_idset
 
 # job-exec reattaches only these after its reload (RFC 50): a bgexec job shell runs in a
 # waitable sdexec unit that outlives job-exec; any other implementation's job shells
@@ -75,14 +79,20 @@ def job_exec_args(stats_method, config_method):
     return []
 
 
-def rank_problems(expected_path, mods_by_rank, stats_by_rank):
+def rank_problems(expected_path, mods_by_rank, stats_by_rank, resolve=os.path.realpath):
     """What is wrong with the sdexec each rank runs after the reload (a list of texts).
+
+    The broker lists the path sdexec was loaded from as given, the module reports the file
+    it resolved: both are compared as the file they ``resolve`` to, so that a module
+    reached through a symlink (``/opt/sdexec/current``, versions side by side) passes.
 
     Args:
         expected_path: the module file asked for.
         mods_by_rank: {rank: the "mods" list of module.list, or an error text}.
         stats_by_rank: {rank: sdexec.stats-get's answer, or an error text}.
+        resolve: path -> the file it names (the same file on every node, as installed).
     """
+    want = resolve(expected_path)
     problems = []
     for rank in sorted(mods_by_rank):
         mods = mods_by_rank[rank]
@@ -92,13 +102,14 @@ def rank_problems(expected_path, mods_by_rank, stats_by_rank):
         paths = [m.get("path") for m in mods if m.get("name") == "sdexec"]
         if not paths:
             problems.append(f"rank {rank}: sdexec is not loaded")
-        elif paths[0] != expected_path:
+        elif resolve(paths[0]) != want:
             problems.append(f"rank {rank}: sdexec runs {paths[0]}, not {expected_path}")
         stats = stats_by_rank.get(rank)
         if isinstance(stats, str):
             problems.append(f"rank {rank}: sdexec does not answer: {stats}")
-        elif isinstance(stats, dict) and stats.get("module") not in (None, expected_path):
-            problems.append(f"rank {rank}: sdexec reports file {stats['module']}")
+        elif isinstance(stats, dict) and stats.get("module") is not None:
+            if resolve(stats["module"]) != want:
+                problems.append(f"rank {rank}: sdexec reports file {stats['module']}")
     return problems
 
 
@@ -156,11 +167,20 @@ class Report:
     waited_startup: float = 0.0  # seconds spent waiting for startup windows to close
     held: float = 0.0  # seconds from the queue stop to the queue start
     versions: dict = field(default_factory=dict)  # rank -> version, when sdexec says
+    files: dict = field(default_factory=dict)  # rank -> the file its sdexec says it runs
 
     def lines(self):
         queues = ", ".join(q or "(default)" for q in self.queues) or "none were started"
-        out = [
-            f"sdexec reloaded from {self.module} on {self.ranks} rank(s)",
+        out = [f"sdexec reloaded from {self.module} on {self.ranks} rank(s)"]
+        by_file = {}
+        for rank, path in sorted(self.files.items()):
+            by_file.setdefault(path, []).append(rank)
+        for path, ranks in by_file.items():  # what the modules say they run (resolved)
+            which = (
+                f"ranks {encode_idset(ranks)} run" if len(ranks) > 1 else f"rank {ranks[0]} runs"
+            )
+            out.append(f"{which} {path}")
+        out += [
             f"queues stopped and started again: {queues}",
             f"waited {self.waited_startup:.1f}s for jobs in their startup window",
             f"jobs reattached by job-exec: {len(self.reattached)}"

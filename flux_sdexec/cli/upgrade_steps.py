@@ -64,10 +64,10 @@ class Upgrade:
         self.request_one("module.remove", {"name": "job-exec", "cancel": False}, "remove job-exec")
         say("job-exec removed")
         self.reload_sdexec(module)
-        problems, versions = self.check_ranks(module)
+        problems, versions, files = self.check_ranks(module)
         if problems:
             raise Failure("after the reload: " + "; ".join(problems))
-        report.versions = versions
+        report.versions, report.files = versions, files
         say(f"sdexec reloaded and checked on {self.size} rank(s)")
         self.request_one("module.load", job_exec_payload(args), "load job-exec")
         self.changes.job_exec_args = None
@@ -143,8 +143,8 @@ class Upgrade:
             raise Failure("; ".join(errors))
 
     def check_ranks(self, module):
-        """What each rank runs now: (problems, {rank: version}). Both questions go to
-        every rank at once."""
+        """What each rank runs now: (problems, {rank: version}, {rank: the file its sdexec
+        reports}). Both questions go to every rank at once."""
         ranks = range(self.size)
         lists = self.broker.send_each({r: ("module.list", None) for r in ranks})
         stats = self.broker.send_each({r: ("sdexec.stats-get", {}) for r in ranks})
@@ -159,7 +159,10 @@ class Upgrade:
             for r, s in stats.items()
             if isinstance(s, dict) and s.get("version")
         }
-        return plan.rank_problems(module, mods, stats), versions
+        files = {
+            r: str(s["module"]) for r, s in stats.items() if isinstance(s, dict) and s.get("module")
+        }
+        return plan.rank_problems(module, mods, stats), versions, files
 
     # ---- bringing service back ----
 

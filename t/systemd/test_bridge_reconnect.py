@@ -52,12 +52,35 @@ def test_read_unit_gives_the_tracked_properties_and_load_state(sd):
     sd.bridge.read_unit(missing, reads("missing"))
     (err, props), (err2, gone) = reads.wait(sd, "running", "missing")
     assert err is None and err2 is None
-    assert props == {**view, "LoadState": "loaded"}
+    entered = props.pop("ActiveEnterTimestamp")
+    assert props == {**view, "LoadState": "loaded"} and entered > 0
     assert (gone["LoadState"], gone["ActiveState"], gone["SubState"]) == (
         "not-found",
         "inactive",
         "dead",
     )
+
+
+NOTIFY = (("Type", "s", "notify"), ("NotifyAccess", "s", "all"), ("RemainAfterExit", "b", False))
+
+
+def test_read_unit_says_whether_a_notify_unit_was_ever_active(sd):
+    """What impfatal's drain rests on after a reconnect (review 2026-12b, finding 7): a
+    Type=notify unit that exits 1 before READY=1 (the IMP refusing a shell) reads
+    ActiveEnterTimestamp 0 once failed; one that sent READY=1 first reads it set, though it
+    reads "failed" as well."""
+    never = sd.start(["/bin/sh", "-c", "exit 1"], *NOTIFY)
+    ready = sd.start(["/bin/sh", "-c", "systemd-notify --ready; sleep 0.2; exit 1"], *NOTIFY)
+    for unit in (never, ready):
+        sd.wait_for(unit, lambda v: v.get("ActiveState") == "failed")
+    reads = Reads()
+    sd.bridge.read_unit(never, reads("never"))
+    sd.bridge.read_unit(ready, reads("ready"))
+    (err, never_props), (err2, ready_props) = reads.wait(sd, "never", "ready")
+    assert err is None and err2 is None
+    assert never_props["ActiveState"] == ready_props["ActiveState"] == "failed"
+    assert never_props["ActiveEnterTimestamp"] == 0
+    assert ready_props["ActiveEnterTimestamp"] > 0
 
 
 def test_a_lookup_sent_before_a_read_does_not_see_the_stub_it_loads(sd):

@@ -142,6 +142,16 @@ class StubBridge:
     def get_unit(self, unit, **kw):
         self._call("GetUnit", unit, **kw)
 
+    def list_units(self, patterns, **kw):
+        self._call("ListUnitsByPatterns", tuple(patterns), **kw)
+
+    def answer_with(self, member, result):
+        """Answer the oldest pending ``member`` call with ``result`` (a call whose reply
+        carries data: ``on_reply(None, result)``)."""
+        call = next(c for c in self.pending if c.member == member)
+        self.pending.remove(call)
+        call.on_reply(None, result)
+
     def answer(self, member, error=None):
         """Answer the oldest pending ``member`` call: None (success) or a UnitError."""
         call = next(c for c in self.pending if c.member == member)

@@ -1,6 +1,7 @@
 """The IMP's fatal error is the exec's error (impfatal.py): a job shell whose IMP refuses to
 run it (a wrong allowed-shells) fails with EPERM and the IMP's line, for bulk-exec's
-stream and for bgexec's wait, and its node is drained when the IMP never reported ready.
+stream and for bgexec's wait, and its node is drained when systemd says the IMP never
+reported ready; after lost signals, only when a read says so (review 2026-12b, finding 7).
 """
 
 import errno
@@ -171,3 +172,74 @@ def test_only_the_imp_with_its_stderr_read_is_watched():
     assert not impfatal.runs_imp(["/usr/bin/flux-imp-wrapper"])
     assert imp_fg().imp_error is not None
     assert new(cmdline=IMP).imp_error is None  # no stderr stream: nothing to read
+
+
+# ---- review 2026-12b, finding 7: the drain rests on what systemd says, not on stderr ----
+
+# what the catch-up's read (GetAll) answers for the IMP's unit once it ended exit 1
+ENDED_READ = {
+    "LoadState": "loaded",
+    "ActiveState": "failed",
+    "SubState": "failed",
+    "Result": "exit-code",
+    "ExecMainPID": PID,
+    "ExecMainCode": 1,
+    "ExecMainStatus": 1,
+}
+READY_AT = 1764650000000000  # ActiveEnterTimestamp (µs): READY=1 came, the unit was active
+
+
+def through_a_catch_up(read, stderr=(LINE,)):
+    """A foreground IMP exec seen starting; the connection lost; meanwhile the unit ran and
+    ended, ``stderr`` written; the catch-up's read answers ``read``; EOFs, the unit gone."""
+    from test_catchup import Service  # the real CatchUp over a stubbed bridge
+
+    svc = Service()
+    proc = svc.track(imp_fg(), REFUSED[0])
+    sink = output_sink(Responder(), proc, "stderr", "0", None)
+    for line in stderr:
+        sink(line, False)
+    svc.catch_up.catch_up()
+    svc.bridge.answer(proc.unit.name, read)
+    for event in (OutputClosed("stdout"), OutputClosed("stderr"), UnitChanged(GONE)):
+        svc.feed(proc, event)
+    assert proc.state is ProcState.DONE
+    return svc.actions
+
+
+def drains(actions):
+    return [a for a in actions if isinstance(a, DrainRank)]
+
+
+def test_a_line_the_user_wrote_after_ready_does_not_drain_through_a_catch_up():
+    """The connection was lost between READY=1 and the end: the catch-up reads "failed",
+    never "active", but systemd's ActiveEnterTimestamp says the unit was active, so the job's
+    user may have written the line: the job's own error stands, the node is not drained."""
+    actions = through_a_catch_up({**ENDED_READ, "ActiveEnterTimestamp": READY_AT})
+    assert RespondError(errno.EPERM, TEXT) in actions
+    assert drains(actions) == []
+
+
+def test_an_imp_that_failed_before_ready_drains_through_a_catch_up():
+    """systemd says the unit never entered active (ActiveEnterTimestamp 0): the IMP failed
+    before any code of the job's user ran, the gap notwithstanding."""
+    actions = through_a_catch_up({**ENDED_READ, "ActiveEnterTimestamp": 0})
+    assert drains(actions) == [DrainRank(f"IMP error for job {JOB}: {TEXT}")]
+
+
+def test_unknown_history_after_a_catch_up_does_not_drain():
+    """A read that does not say whether the unit was ever active: no drain."""
+    actions = through_a_catch_up(ENDED_READ)
+    assert RespondError(errno.EPERM, TEXT) in actions
+    assert drains(actions) == []
+
+
+def test_a_unit_systemd_forgot_meanwhile_does_not_drain():
+    """The read finds no unit (a "not-found" stub, whose timestamps are the stub's)."""
+    proc = imp_fg()
+    feed(proc, *(UnitChanged(s) for s in REFUSED))
+    assert not proc.unit.activity_unknown and not proc.unit.was_active
+    forgotten = {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead"}
+    proc.unit.update({**forgotten, "ActiveEnterTimestamp": 0}, reread=True)
+    assert proc.unit.activity_unknown
+    assert impfatal.drain_reason(proc) is None

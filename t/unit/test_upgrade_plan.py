@@ -179,3 +179,42 @@ def test_restore_order_sdexec_then_job_exec_then_queues():
     steps, _ = plan.restore_steps(changes, {0: {"sdexec"}, 1: set()})
     assert [s for s, _ in steps] == ["load-sdexec", "load-job-exec", "start-queues"]
     assert steps[2] == ("start-queues", [None, "batch"])
+
+
+def symlinked_module(tmp_path):
+    """A site's side-by-side install: ``v2/sdexec.py``, reached as ``current/sdexec.py``
+    (``current`` a symlink to ``v2``). Returns (the path asked for, the file it resolves to)."""
+    real = tmp_path / "v2" / "sdexec.py"
+    real.parent.mkdir()
+    real.write_text("# the module\n")
+    (tmp_path / "current").symlink_to("v2")
+    return str(tmp_path / "current" / "sdexec.py"), str(real)
+
+
+def test_a_module_reached_through_a_symlink_passes(tmp_path):
+    """Review 2026-12b, finding 5: --module through a symlinked directory. The broker lists
+    the path it was given, the module reports the file it resolved (Path.resolve()): the
+    same file, so no problem, on either side."""
+    asked, real = symlinked_module(tmp_path)
+    stats = {0: module_stats(real), 1: module_stats(real)}
+    assert plan.rank_problems(asked, {0: mods(asked), 1: mods(asked)}, stats) == []
+    assert plan.rank_problems(real, {0: mods(asked), 1: mods(real)}, stats) == []
+
+
+def test_through_a_symlink_another_file_is_still_wrong(tmp_path):
+    asked, real = symlinked_module(tmp_path)
+    other = tmp_path / "v1.py"
+    other.write_text("# the old module\n")
+    stats = {0: module_stats(str(other))}
+    assert plan.rank_problems(asked, {0: mods(asked)}, stats) == [
+        f"rank 0: sdexec reports file {other}"
+    ]
+
+
+def test_report_says_which_file_each_rank_runs(tmp_path):
+    """The path asked for and, per file, the ranks whose module reports it."""
+    asked, real = symlinked_module(tmp_path)
+    report = plan.Report(module=asked, ranks=3, files={0: real, 1: real, 2: "/old/sdexec.py"})
+    lines = report.lines()
+    assert lines[0] == f"sdexec reloaded from {asked} on 3 rank(s)"
+    assert lines[1:3] == [f"ranks 0-1 run {real}", "rank 2 runs /old/sdexec.py"]

@@ -71,7 +71,7 @@ def proc(name=UNIT, opts=None):
     """An SdProc as place() sees it."""
     unit = types.SimpleNamespace(name=name)
     return types.SimpleNamespace(
-        unit=unit, cmd=types.SimpleNamespace(opts=opts or {}), accounting_slice=None
+        unit=unit, cmd=types.SimpleNamespace(opts=opts or {}, label=None), accounting_slice=None
     )
 
 

@@ -19,8 +19,9 @@ The split (measured, see doc/dev/performance.md):
   through dbus-daemon, and systemd skips the bus lookups it makes for each job's requester:
   a unit's start-to-EOF cycle measured 3.3 ms instead of 4.0 ms. A private connection gets
   every signal of the manager, unasked; pump() drops what is not a watched unit's.
-- Rare calls, on pystemd (rare.py, its own connection): listing units (adoption, unload)
-  and reading all of a unit's properties (adoption) need a general D-Bus decoder; signals
+- Rare calls, on pystemd (rare.py, its own connection): listing units (adoption, unload;
+  ``sdexec.units``, which runs on the reactor, lists on the hot path without waiting) and
+  reading all of a unit's properties (adoption) need a general D-Bus decoder; signals
   and answers then come over two connections: pump() before them. After a reconnect,
   ``read_unit`` reads the tracked properties on the hot path, in order with the signals.
 
@@ -78,7 +79,8 @@ class SystemdBridge:
         self._on_change = on_change
         self.signals = UnitSignals(shared)  # which signals reach us, and how many others do
         self._decoder = PropsDecoder(tracked)
-        self._reads = PropsDecoder((*tracked, "LoadState"))  # read_unit's GetAll answers
+        # read_unit's GetAll answers: whether the unit was ever active too (unitstate.py)
+        self._reads = PropsDecoder((*tracked, "LoadState", "ActiveEnterTimestamp"))
         self._user_mode = user_mode
         self._bus = None
         self._lost = False
@@ -199,7 +201,12 @@ class SystemdBridge:
         elif decode is None:
             on_reply(None)
         else:
-            on_reply(None, decode(m))
+            try:
+                result = decode(m)
+            except OSError as exc:  # a reply we cannot read still answers its call, once
+                on_reply(UnitError(exc.errno or errno.EPROTO, f"unreadable reply: {exc}"))
+                return
+            on_reply(None, result)
 
     def _lose(self, exc):
         """A failed process(): fail the pending calls with ECONNRESET if the bus is lost."""
@@ -257,7 +264,8 @@ class SystemdBridge:
 
     def read_unit(self, unit, on_reply, timeout=CALL_TIMEOUT_SEC):
         """GetAll of every interface of the unit, sent without waiting: a later pump() calls
-        ``on_reply(None, props)`` (LoadState and the tracked names) or ``on_reply(UnitError)``.
+        ``on_reply(None, props)`` (LoadState, ActiveEnterTimestamp and the tracked names) or
+        ``on_reply(UnitError)``.
         Answered after every call sent before it. A unit systemd does not have answers
         LoadState "not-found" and is loaded as a stub for a moment: GetUnit would find it."""
         path = sdbus.path_encode(UNIT_PREFIX, unit)
@@ -300,7 +308,19 @@ class SystemdBridge:
         self._connected()
         return self._rare.get_unit_properties(sdbus.path_encode(UNIT_PREFIX, unit))
 
-    def list_units(self, patterns: list[str]) -> list[tuple[str, str, str]]:
-        """Loaded units matching the globs, as (name, ActiveState, SubState)."""
-        self._connected()
-        return self._rare.list_units(patterns)
+    def list_units(self, patterns: list[str], on_reply=None, timeout=CALL_TIMEOUT_SEC):
+        """Loaded units matching the globs, as (name, ActiveState, SubState).
+
+        Without ``on_reply``, a blocking call on pystemd (adoption at load, teardown: no
+        reactor runs then). With it, ListUnitsByPatterns goes on the hot path without
+        waiting (``sdexec.units`` while the reactor runs): a later pump() calls
+        ``on_reply(None, units)`` or ``on_reply(UnitError)``.
+        """
+        if on_reply is None:
+            self._connected()
+            return self._rare.list_units(patterns)
+        target = (MANAGER_PATH, MANAGER, sdbus.read_unit_list)
+        self._call(
+            b"ListUnitsByPatterns", b"asas", ([], patterns), on_reply, timeout, target=target
+        )
+        return None

@@ -90,6 +90,21 @@ def reply_error(m):
     return code, text(lib.sd_bus_message_get_error(m).message) or os.strerror(code)
 
 
+_UNIT_ROW = b"(ssssssouso)"  # ListUnits*: name, description, load, active, sub, ...
+
+
+def read_unit_list(m):
+    """A ListUnits/ListUnitsByPatterns reply: ``[(name, ActiveState, SubState)]``."""
+    strs = [ffi.new("const char **") for _ in range(9)]
+    job = ffi.new("uint32_t *")
+    check(lib.sd_bus_message_enter_container(m, b"a", _UNIT_ROW), "read unit list")
+    units = []
+    while check(lib.sd_bus_message_read(m, _UNIT_ROW, *strs[:7], job, *strs[7:]), "read unit"):
+        units.append((text(strs[0][0]), text(strs[3][0]), text(strs[4][0])))
+    check(lib.sd_bus_message_exit_container(m), "read unit list")
+    return units
+
+
 class Bus:
     """One sd-bus connection: to the user or system bus, or straight to a peer at
     ``address`` (a D-Bus address such as ``unix:path=...``). Raises OSError on failure."""

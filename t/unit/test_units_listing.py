@@ -1,0 +1,111 @@
+"""``sdexec.units`` with ``all: true`` (review 2026-12b, finding 8): the listing of this
+rank's units is ListUnitsByPatterns sent without waiting on the module's bus, and the
+request is answered from its reply, once: with the units, or an errno and a text when the
+call fails, passes its deadline, or the module unloads first. A stalled systemd then costs
+the asking client its answer only, never the reactor (output, answers, stop timers).
+No flux, no systemd: the bridge's calls are answered by hand (stubs.py)."""
+
+import errno
+import types
+
+from flux_sdexec.adapters import introspect
+from flux_sdexec.errors import UnitError
+from flux_sdexec.naming import UnitNamer
+from flux_sdexec.protocol import ExecRequest
+from flux_sdexec.registry import Registry
+from flux_sdexec.sdproc import SdProc
+
+from stubs import StubBridge, StubBus
+
+INSTANCE = "tX"
+LISTED = [
+    ("a:tX.service", "active", "running"),  # tracked
+    ("left:tX.service", "failed", "failed"),  # a leftover
+]
+
+
+class Responder:
+    def __init__(self):
+        self.sent = []  # (msg, payload) or (msg, errno, text)
+
+    def respond(self, msg, payload):
+        self.sent.append((msg, payload))
+
+    def respond_error(self, msg, errnum, text):
+        self.sent.append((msg, errnum, text))
+
+
+def service():
+    registry = Registry()
+    registry.add(SdProc(None, ExecRequest(cmdline=["true"], env={}, label="a"), "a:tX.service"))
+    return types.SimpleNamespace(
+        rank=0,
+        registry=registry,
+        namer=UnitNamer(INSTANCE, 0, False),
+        bridge=StubBridge(),
+        bus=StubBus(),
+        calls=types.SimpleNamespace(deadline=7.5),
+        responder=Responder(),
+    )
+
+
+def test_all_is_answered_from_the_listings_reply_not_inline():
+    svc = service()
+    listings = introspect.UnitListings(svc)
+    listings.answer("msg", True)
+    assert svc.responder.sent == []  # not answered inline: nothing waited for systemd
+    [call] = svc.bridge.pending
+    assert call.member == "ListUnitsByPatterns" and call.unit == ("*:tX.service",)
+    assert svc.bus.sends == 1  # the bus watcher arms the call's deadline
+    svc.bridge.answer_with("ListUnitsByPatterns", LISTED)
+    [(msg, payload)] = svc.responder.sent
+    assert msg == "msg" and [p["unit"] for p in payload["procs"]] == ["a:tX.service"]
+    assert payload["untracked"] == [
+        {"unit": "left:tX.service", "label": "left", "unit_state": "failed.failed"}
+    ]
+
+
+def test_without_all_the_answer_goes_at_once_and_systemd_is_not_asked():
+    svc = service()
+    introspect.UnitListings(svc).answer("msg", False)
+    assert svc.bridge.sent == [] and len(svc.responder.sent) == 1
+    assert "untracked" not in svc.responder.sent[0][1]
+
+
+def test_a_failed_listing_is_one_error_with_its_errno_and_a_clear_text():
+    svc = service()
+    listings = introspect.UnitListings(svc)
+    listings.answer("late", True)
+    listings.answer("lost", True)
+    svc.bridge.answer("ListUnitsByPatterns", UnitError(errno.ETIMEDOUT, "systemd did not answer"))
+    svc.bridge.lose()
+    assert svc.responder.sent == [
+        ("late", errno.ETIMEDOUT, "listing this rank's units: systemd did not answer within 7.5s"),
+        ("lost", errno.ECONNRESET, "listing this rank's units: lost connection to systemd"),
+    ]
+
+
+def test_a_listing_that_cannot_be_sent_is_answered_once_by_the_caller():
+    """The bus is down: the send raises, the RPC's guard (service.serve) answers with that
+    errno; the listing answers nothing more, ever."""
+    svc = service()
+    listings = introspect.UnitListings(svc)
+    svc.bridge.refuse_next(UnitError(errno.ECONNRESET, "lost connection to systemd"))
+    try:
+        listings.answer("msg", True)
+    except UnitError as exc:
+        assert exc.errno == errno.ECONNRESET
+    else:
+        raise AssertionError("the send's failure was swallowed")
+    listings.close(errno.ENOSYS, "unloading")
+    assert svc.responder.sent == []
+
+
+def test_unload_answers_the_listings_still_out_then_late_replies_are_dropped():
+    svc = service()
+    listings = introspect.UnitListings(svc)
+    listings.answer("msg", True)
+    listings.close(errno.ENOSYS, "sdexec is unloading")
+    assert svc.responder.sent == [("msg", errno.ENOSYS, "sdexec is unloading")]
+    svc.bridge.answer_with("ListUnitsByPatterns", LISTED)
+    assert len(svc.responder.sent) == 1

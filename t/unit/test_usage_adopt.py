@@ -1,0 +1,193 @@
+"""The usage record of a job shell adopted at load (review 2026-12b, finding 1).
+
+A bgexec shell ended while job-exec was out (an upgrade): the old sdexec wrote its job's
+record, stopped its accounting slice at unload and handed the unit over. The next sdexec
+adopts the finished unit; reading the slice again gives nulls (it is gone), or after a
+crash the same figures with the OOM kills counted again. So an adopted job shell's record is
+looked up in the job's KVS directory first (asynchronously, ``_lookup`` stubbed here) and
+written only when it is not there. No flux, no systemd: the commit (``_to_job``, which
+also raises the ``oom`` exception) is recorded.
+"""
+
+import errno
+import logging
+import types
+
+from test_usage import CPU_STAT, PARENT, SLICE, UNIT, tree
+
+from flux_sdexec.adapters.usage import Accounting
+from flux_sdexec.containment import cgroups
+from flux_sdexec.states import ProcState
+
+JOB = "fA1"  # the job id in UNIT (shell-0-fA1)
+STARTED, EXITED = 1000.0, 1012.5  # ExecMainStartTimestamp, ExecMainExitTimestamp (s)
+# what the old sdexec wrote (``flux job info JOB sdexec-usage.0``)
+COMMITTED = {
+    "cpu_user_s": 2.0,
+    "cpu_sys_s": 0.5,
+    "memory_peak": 300 << 20,
+    "tasks_peak": 3,
+    "oom_kills": 1,
+    "wall_s": 12.5,
+    "result": "success",
+    "status": 0,
+    "null_reasons": {},
+    "rank": 0,
+    "host": "node0",
+    "unit": UNIT,
+}
+FIGURES = {k: v for k, v in COMMITTED.items() if k not in ("rank", "host", "unit")}
+
+
+class Lookups:
+    """``_lookup(plain, on_reply)`` sent and answered later, as a KVS future would be."""
+
+    def __init__(self):
+        self.sent = []  # (plain, on_reply)
+
+    def __call__(self, plain, on_reply):
+        self.sent.append((plain, on_reply))
+
+    def answer(self, exc=None, record=None):
+        plain, on_reply = self.sent.pop(0)
+        on_reply(exc, record)
+
+
+def accounting(tmp_path, monkeypatch, slice_files=None, parent=None):
+    """An Accounting over a tree holding the slice's ``slice_files`` (none: the slice is
+    gone), its lookups and commits recorded."""
+    files = {"v2": slice_files} if slice_files else {}
+    proc = tree(tmp_path, cgroups.UNIFIED, **files)
+    svc = types.SimpleNamespace(log=logging.getLogger("t"), sweeper=set(), rank=0)
+    acc = Accounting(svc, proc=proc, kmsg="")
+    acc.parent = parent
+    acc.commits = []
+    acc.lookups = Lookups()
+    monkeypatch.setattr(acc, "_to_job", lambda p, plain: acc.commits.append(dict(p.usage)))
+    monkeypatch.setattr(acc, "_lookup", acc.lookups, raising=False)
+    return acc
+
+
+def adopted(acc, finished=True, adopt=True):
+    """A finished job shell as adoption builds it: its pid dead, its slice from systemd
+    (``adopt=False``: one this sdexec started, in the same slice)."""
+    unit = types.SimpleNamespace(
+        name=UNIT, pid=4242424, finished=finished, gone=finished, result=None, wait_status=0
+    )
+    p = types.SimpleNamespace(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts={}, label=None),
+        usage=None,
+        state=ProcState.ZOMBIE if finished else ProcState.RUNNING,
+        stop_sent=False,
+        reset_sent=False,
+        slice_stopped=False,
+        accounting_slice=None,
+        started_at=STARTED,
+    )
+    exit_usec = int(EXITED * 1e6) if finished else 0
+    if adopt:
+        acc.adopted(p, {"Slice": SLICE, "ExecMainExitTimestamp": exit_usec})
+    else:
+        p.accounting_slice = SLICE
+    return p
+
+
+def test_a_record_the_predecessor_wrote_is_kept_not_overwritten_with_nulls(tmp_path, monkeypatch):
+    """The upgrade case of the sketch (t_usage_adopt.py): slice gone, where slices are not
+    known yet. Nothing is written; the process carries the record that was written."""
+    acc = accounting(tmp_path, monkeypatch)
+    p = adopted(acc)
+    acc.observe(p)
+    acc.observe(p)  # each input observes: one lookup only
+    assert acc.commits == []
+    assert [plain for plain, _ in acc.lookups.sent] == [JOB]
+    acc.lookups.answer(record=COMMITTED)
+    assert acc.commits == [] and p.usage == FIGURES
+
+
+def test_after_a_crash_the_oom_exception_is_not_raised_again(tmp_path, monkeypatch):
+    """The slice is still there (the crash left it) and counts the kill again: the record
+    exists, so neither the record nor the ``oom`` exception is written a second time."""
+    events = "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"
+    files = {"cpu.stat": CPU_STAT, "memory.events": events, "cgroup.controllers": "memory"}
+    acc = accounting(tmp_path, monkeypatch, files, parent=PARENT)
+    p = adopted(acc)
+    acc.observe(p)
+    acc.lookups.answer(record=COMMITTED)
+    assert acc.commits == [] and p.usage == FIGURES
+
+
+def test_no_record_yet_is_written_once_with_the_wall_time_up_to_the_exit(tmp_path, monkeypatch):
+    """The unit ended while no sdexec ran (a crash before its exit was seen): the record
+    read at adoption is written, once, its wall time from systemd's exit timestamp."""
+    acc = accounting(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    p = adopted(acc)
+    acc.observe(p)
+    acc.lookups.answer(exc=OSError(errno.ENOENT, "No such file or directory"))
+    assert len(acc.commits) == 1
+    assert acc.commits[0]["cpu_user_s"] == 2.0 and acc.commits[0]["wall_s"] == 12.5
+    acc.observe(p)
+    assert len(acc.commits) == 1 and acc.lookups.sent == []
+
+
+def test_the_wait_answer_waits_for_the_lookup_and_carries_the_record(tmp_path, monkeypatch):
+    """A wait answered while the lookup is out is sent from its reply, once, with the
+    record that was written; one answered after it goes at once."""
+    acc = accounting(tmp_path, monkeypatch)
+    p = adopted(acc)
+    acc.observe(p)
+    sent = []
+    acc.after_usage(p, lambda: sent.append(p.usage))
+    assert sent == []  # not inline: the lookup is not answered yet
+    acc.lookups.answer(record=COMMITTED)
+    assert sent == [FIGURES]
+    acc.after_usage(p, lambda: sent.append("again"))
+    assert sent == [FIGURES, "again"]
+
+
+def test_a_failed_lookup_writes_nothing_and_answers_with_what_was_read(tmp_path, monkeypatch):
+    """Whether the record exists is unknown: it is not overwritten; the wait gets the
+    figures read at adoption."""
+    acc = accounting(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    p = adopted(acc)
+    acc.observe(p)
+    sent = []
+    acc.after_usage(p, lambda: sent.append(p.usage["cpu_user_s"]))
+    acc.lookups.answer(exc=OSError(errno.EHOSTUNREACH, "No route to host"))
+    assert acc.commits == [] and sent == [2.0]
+
+
+def test_a_lookup_still_out_at_unload_answers_its_waits_once(tmp_path, monkeypatch):
+    acc = accounting(tmp_path, monkeypatch)
+    p = adopted(acc)
+    acc.observe(p)
+    sent = []
+    acc.after_usage(p, lambda: sent.append(p.usage))
+    acc.flush()
+    assert sent == [None]  # the usage unknown: the answer goes without it
+    acc.lookups.answer(record=COMMITTED)  # too late: nothing more is sent
+    assert sent == [None] and acc.commits == []
+
+
+def test_a_unit_adopted_running_is_looked_up_when_it_ends(tmp_path, monkeypatch):
+    """Adopted running, it ends under this sdexec: nobody can have written its record, but
+    the lookup costs one KVS read, and says so."""
+    acc = accounting(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    p = adopted(acc, finished=False)
+    acc.observe(p)
+    assert acc.lookups.sent == [] and acc.commits == []
+    p.unit.finished = p.unit.gone = True
+    acc.observe(p)
+    acc.lookups.answer(exc=OSError(errno.ENOENT, "No such file or directory"))
+    assert len(acc.commits) == 1
+
+
+def test_a_process_this_sdexec_started_is_written_at_once(tmp_path, monkeypatch):
+    acc = accounting(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    p = adopted(acc, adopt=False)
+    acc.observe(p)
+    assert acc.lookups.sent == [] and len(acc.commits) == 1
+    sent = []
+    acc.after_usage(p, lambda: sent.append("now"))
+    assert sent == ["now"]
