@@ -130,11 +130,14 @@ def service(bridge):
         unload_policy=handoff.KEEP_WAITABLE,
         registry=Registry(),
         holds=types.SimpleNamespace(held=set(), hand_over=lambda: None, close=lambda: None),
-        accounting=types.SimpleNamespace(slices=lambda procs: set(), close=lambda: None),
+        accounting=types.SimpleNamespace(
+            slices=lambda procs: set(), close=lambda: None, flush=lambda: None
+        ),
         lookups=closing,
         after_release=closing,
         orphans=closing,
         memos=closing,
+        listings=closing,
         calls=closing,
         responder=types.SimpleNamespace(outbox=closing),
         keepers=keepers,
