@@ -24,21 +24,6 @@ sdexec_extra_config t0016.toml <<-EOF
 sdexec_under_flux 1 jobs
 . "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
 
-# containment: the containment object of sdexec's stats.
-containment() {
-	flux module stats sdexec | jq -c .containment
-}
-# count CONSTRAINT OUTCOME / counted CONSTRAINT OUTCOME N
-count() {
-	containment | jq ".constraints.$1[\"$2\"] // 0"
-}
-counted() {
-	test $(count "$1" "$2") -ge "$3"
-}
-# field CONSTRAINT KEY: one key of a constraint's stats, raw.
-field() {
-	containment | jq -r ".constraints.$1.$2"
-}
 . "$SDEXEC_SRCDIR/t/lib/sharness-limits.sh"
 limits_probe memory tasks cpu devices
 test $(nproc --all) -ge 2 && test_set_prereq CPUS

@@ -42,25 +42,12 @@ sdexec_under_flux 2 jobs
 test $(nproc) -ge 2 && test_set_prereq CPUS
 export FLUX_EXEC_PATH_PREPEND="$SDEXEC_SRCDIR/cmd"  # flux sdexec
 
-containment() {
-	flux module stats sdexec | jq -c .containment
-}
-# run0 / submit0 ARGS: a job on rank 0, whose sdexec the stats above are of
+# run0 / submit0 ARGS: a job on rank 0, whose sdexec the stats (sharness-limits.sh) are of
 run0() {
 	run --requires=rank:0 "$@"
 }
 submit0() {
 	flux submit --requires=rank:0 "$@"
-}
-# count CONSTRAINT OUTCOME: how many starts had CONSTRAINT with OUTCOME.
-count() {
-	containment | jq ".constraints.$1[\"$2\"] // 0"
-}
-counted() {
-	test $(count "$1" "$2") -ge "$3"
-}
-field() {
-	containment | jq -r ".constraints.$1.$2"
 }
 # cg FILE: FILE of the job's own cgroup, read inside the job
 cat >cg.sh <<-'EOF'

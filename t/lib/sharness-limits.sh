@@ -8,7 +8,24 @@
 #   cpu      CPU_QUOTA       CPUQuota=20% is in the cpu controller (quota 20000 of 100000)
 #   devices  KMSG, DEVICES_CLOSED   /dev/kmsg opens here; DevicePolicy=closed denies it
 #   cpuset   CPUSET_APPLIED  AllowedCPUs=0 narrows the affinity to CPU 0
-# and V1_MEMORY when the memory controller is on a v1 hierarchy.
+# and V1_MEMORY when the memory controller is on a v1 hierarchy. containment, count, counted
+# and field read the containment stats of rank 0's sdexec.
+
+# containment: the containment object of sdexec's stats.
+containment() {
+	flux module stats sdexec | jq -c .containment
+}
+# count CONSTRAINT OUTCOME / counted CONSTRAINT OUTCOME N
+count() {
+	containment | jq ".constraints.$1[\"$2\"] // 0"
+}
+counted() {
+	test $(count "$1" "$2") -ge "$3"
+}
+# field CONSTRAINT KEY: one key of a constraint's stats, raw.
+field() {
+	containment | jq -r ".constraints.$1.$2"
+}
 
 # flux's interpreter itself, not a wrapper script that forks (pyenv's shims do) under TasksMax.
 PY=$(flux python -c "import sys; print(sys.executable)")
