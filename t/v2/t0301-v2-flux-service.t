@@ -142,13 +142,16 @@ test_expect_success 'systemctl restart flux under 10 running guest jobs: each en
 		ids="$ids $id" || return 1
 	done &&
 	wait_until $PROD_TIMEOUT running_recoverable $ids &&
+	t0=$(date +%s) &&
 	systemctl restart flux &&
 	wait_until $PROD_TIMEOUT prod_ready &&
+	echo "restart: the instance was back $(($(date +%s) - t0)) s after systemctl restart flux" &&
 	wait_until $PROD_TIMEOUT jobs_done $(($(cat before.count) + 10)) &&
+	echo "restart: all 10 jobs done $(($(date +%s) - t0)) s after it" &&
 	while read id k; do
 		as_flux flux jobs -no "{id} {returncode}" $id || return 1
 	done <expected.out >got.out &&
-	test_debug "cat got.out" &&
+	cat got.out &&
 	sed "s/ / /" expected.out | while read id k; do
 		echo "$(as_flux flux job id --to=f58 $id) $k"
 	done >want.out &&
