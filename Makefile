@@ -197,8 +197,9 @@ check-site:
 # The v2 tier: the host every site runs (systemd as pid 1 on unified cgroup v2), as a Debian 12
 # guest under qemu (scripts/vm/, doc/dev/testing.md). `make vm` builds or refreshes its image
 # (VM_DIR, default /var/tmp/flux-sdexec/v2vm; rebuilt when its inputs change); check-v2 boots
-# a fresh copy of it and runs t/v2/tier.sh there: flux-core's sdexec, sdmon and containment
-# suites, our layout-dependent tests, and the production instance under flux.service. One
+# two fresh copies of it side by side (scripts/vm/check-v2.sh) and runs t/v2/tier.sh there:
+# flux-core's sdexec, sdmon and containment suites in one, our layout-dependent tests and the
+# production instance under flux.service in the other. One
 # SKIP line where this machine cannot run a guest; in CI (CI=true) that is a failure.
 FLUX_CORE_BUILD ?= $(patsubst %/.flux-sdexec-built,%,$(firstword $(shell ls -td \
 	/var/tmp/flux-sdexec/*/.flux-sdexec-built 2>/dev/null)))
@@ -214,7 +215,7 @@ check-v2:
 	else \
 		echo "== tier: v2 guest (systemd as pid 1, unified cgroup v2, flux.service)"; \
 		scripts/vm/build.sh && \
-		scripts/vm/run.sh --timeout $(V2_TIMEOUT) --share $(FLUX_CORE_BUILD) -- t/v2/tier.sh; \
+		FLUX_CORE_BUILD=$(FLUX_CORE_BUILD) V2_TIMEOUT=$(V2_TIMEOUT) scripts/vm/check-v2.sh; \
 	fi
 
 # The site harness (t/site/, doc/guide/install.md, "Deploying at a site"): as root, a system instance owned by
