@@ -1,6 +1,7 @@
 #!/bin/sh
-# The v2 tier, inside the guest (`make check-v2` boots it with scripts/vm/run.sh and runs
-# this): the host every site runs, systemd as pid 1 on unified cgroup v2. In order:
+# The v2 tier, inside the guest (`make check-v2`: scripts/vm/check-v2.sh boots two guests and
+# gives each some of the parts): the host every site runs, systemd as pid 1 on unified cgroup
+# v2. In order:
 #
 #   1. flux-core's own suites against our modules, under root's user manager
 #      (user@0.service, started by systemd, every controller delegated);
