@@ -18,6 +18,7 @@ _BPF_CGROUP_DEVICE = 6
 # prog_ids (u64), prog_cnt (u32); the rest of the buffer stays zero, as the kernel requires.
 _QUERY = struct.Struct("=IIIIQI")
 _ATTR_SIZE = 64
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once: asked after every constrained start
 
 
 def attached(path):
@@ -32,8 +33,7 @@ def attached(path):
     try:
         attr = ctypes.create_string_buffer(_ATTR_SIZE)
         _QUERY.pack_into(attr, 0, fd, _BPF_CGROUP_DEVICE, 0, 0, 0, 0)
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.syscall(number, _BPF_PROG_QUERY, attr, _ATTR_SIZE) != 0:
+        if _LIBC.syscall(number, _BPF_PROG_QUERY, attr, _ATTR_SIZE) != 0:
             return None
         return _QUERY.unpack_from(attr, 0)[5]
     finally:
