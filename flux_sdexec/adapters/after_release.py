@@ -82,7 +82,8 @@ class Releases:
 
     The owner sets ``holds`` (holds.Holds, whose ``on_released`` is ``hold_over``) and
     ``keepers`` (keepers.Keepers, whose ``on_gone`` is ``keeper_over``) before the first
-    release.
+    release. A hold lost with its connection is over once the unit is seen unloaded
+    (``keepers.await_unload``, its KEEPER part).
     """
 
     def __init__(self, on_free):
@@ -107,7 +108,15 @@ class Releases:
             if not self.keepers.stopping(unit):
                 self._over(unit, KEEPER)
 
-    def hold_over(self, unit):
+    def hold_over(self, unit, lost):
+        """``unit``'s hold is released; ``lost``: with its connection, so systemd may have
+        the unit loaded a little longer: the name waits until it is seen unloaded."""
+        left = self._left.get(unit)
+        if lost and left is not None and HOLD in left and KEEPER not in left:
+            left.add(KEEPER)
+            self.keepers.await_unload(unit)
+            if not self.keepers.stopping(unit):
+                left.discard(KEEPER)
         self._over(unit, HOLD)
 
     def keeper_over(self, unit):

@@ -49,7 +49,7 @@ def test_a_release_against_a_late_bus_leaves_the_reactor_running(late_bus):
     h = flux.Flux("loop://")
     released = []
 
-    def on_released(unit):
+    def on_released(unit, lost):
         released.append((unit, time.monotonic()))
         h.reactor_stop()
 
@@ -84,7 +84,7 @@ def test_the_name_is_free_for_a_start_once_released(sd, tmp_path):
     h = flux.Flux("loop://")
     started = []
 
-    def start_again(unit):
+    def start_again(unit, lost):
         try:
             sd.start(["/bin/true"], unit=unit)
             started.append("started")
@@ -148,7 +148,7 @@ def test_a_late_unref_never_leaves_an_ended_unit_without_a_reference(sd, tmp_pat
     h = flux.Flux("loop://")
     released = []
 
-    def on_released(unit):
+    def on_released(unit, lost):
         released.append(unit)
         h.reactor_stop()
 

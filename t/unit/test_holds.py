@@ -114,7 +114,7 @@ def on_fake_bus(monkeypatch, on_released=None):
     world, watchers, released = World(), StubWatchers(), []
     monkeypatch.setattr(holds_mod, "sdbus", fake_sdbus(world))
     monkeypatch.setattr(holds_mod, "append", lambda m, sig, unit: setattr(m, "unit", unit))
-    holds = Holds(StubLog(), watchers, on_released=on_released or released.append)
+    holds = Holds(StubLog(), watchers, on_released=on_released or (lambda unit, lost: released.append(unit)))
     return holds, world, watchers, released
 
 
@@ -228,3 +228,26 @@ def test_close_closes_both_connections(monkeypatch):
     assert sorted(e for e in world.events if e[0] == "close") == [("close", 1), ("close", 2)]
     assert released == [] or released == ["b.service"]
     assert not holds.releasing("b.service")
+
+
+def test_a_release_is_lost_unless_systemd_answered_on_a_connection_that_stays(monkeypatch):
+    """Review 2026-12b finding 2: a release over with its connection closed said the name
+    was free, though systemd drops the reference only once it learns the connection went
+    (and may have the unit loaded meanwhile). Such a release is reported ``lost``."""
+    seen = []
+    holds, world, watchers, _ = on_fake_bus(monkeypatch, lambda u, lost: seen.append((u, lost)))
+    for unit in ("a.service", "b.service", "c.service"):
+        holds.hold(unit)
+    holds.release("a.service")  # Unref and GetUnit answered at once
+    assert seen == [("a.service", False)]
+    world.buses[0].answering = False
+    holds.release("b.service")
+    world.buses[0].lose()
+    watchers.fds[0].fire()
+    assert seen[1:] == [("b.service", True)]
+    world.buses[1].answering = False
+    holds.release("c.service")
+    watchers.armed()[0].fire()  # late: the holds move to a third connection
+    world.buses[2].answer()
+    watchers.fds[2].fire()  # its Ref answered: the second connection closes
+    assert world.events[-1] == ("close", 2) and seen[2:] == [("c.service", True)]

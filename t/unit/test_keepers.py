@@ -6,6 +6,7 @@ from stubs import StubBridge, StubBus, StubLog, StubWatchers
 
 from flux_sdexec.adapters.systemd.keepers import (
     LOOKS_MAX,
+    LOST_LOOKS_MAX,
     Keepers,
     keeper_name,
     keeper_of,
@@ -92,11 +93,63 @@ def test_a_unit_handed_over_keeps_its_keeper():
     assert bridge.sent == [] and gone == []
 
 
-def test_a_keeper_whose_stop_is_lost_goes_to_the_sweeper():
-    k, bridge, _, sweeper, gone = keepers_on_stubs()
-    k.release("job-1:sys.service", "job\\x2d1:sys.slice")
+def test_a_keeper_whose_stop_is_lost_keeps_the_name_until_the_unit_is_seen_unloaded():
+    """Review 2026-12b finding 2: a StopUnit lost with the connection freed the name at
+    once, while systemd still had the unit (its keeper not stopped yet): a start waiting
+    for the name, sent at the reconnect, found the old unit loaded and took it for its
+    own (the old process's pid and exit status). The sweeper stops the keeper; the name
+    stays taken until systemd says the unit is not loaded, looks lost meanwhile retried."""
+    k, bridge, watchers, sweeper, gone = keepers_on_stubs()
+    unit = "job-1:sys.service"
+    k.release(unit, "job\\x2d1:sys.slice")
     bridge.lose()
-    assert sweeper.swept == ["job\\x2d1:sys.slice"] and gone == ["job-1:sys.service"]
+    assert sweeper.swept == ["job\\x2d1:sys.slice"] and gone == [] and k.stopping(unit)
+    bridge.lose()  # its look: lost too (systemd not back yet)
+    assert gone == [] and k.stopping(unit)
+    watchers.armed()[0].fire()
+    bridge.answer("GetUnit")  # back, and still loaded: the sweeper has not stopped it yet
+    watchers.armed()[0].fire()
+    bridge.answer("GetUnit", NOT_LOADED)
+    assert gone == [unit] and not k.stopping(unit) and watchers.armed() == []
+
+
+def test_a_keeper_refused_as_sent_looks_again_after_a_pause():
+    """The stop refused at once (no connection): the looks follow on a timer, not in a
+    loop of refusals."""
+    k, bridge, watchers, sweeper, gone = keepers_on_stubs()
+    bridge.refuse_next(UnitError(errno.ECONNRESET, "lost connection to systemd"))
+    k.release("job-1:sys.service", "job\\x2d1:sys.slice")
+    assert sweeper.swept == ["job\\x2d1:sys.slice"] and gone == []
+    bridge.lose()  # the look sent after it
+    bridge.refuse_next(UnitError(errno.ECONNRESET, "lost connection to systemd"))
+    watchers.armed()[0].fire()
+    assert gone == [] and len(watchers.armed()) == 1 and bridge.pending == []
+    watchers.armed()[0].fire()
+    bridge.answer("GetUnit", NOT_LOADED)
+    assert gone == ["job-1:sys.service"]
+
+
+def test_looks_lost_for_too_long_free_the_name_with_an_error():
+    k, bridge, watchers, _, gone = keepers_on_stubs()
+    k.release("job-1:sys.service", "job\\x2d1:sys.slice")
+    bridge.answer("StopUnit")
+    for _ in range(LOST_LOOKS_MAX):
+        bridge.lose()
+        watchers.armed()[0].fire()
+    assert gone == []
+    bridge.lose()
+    assert gone == ["job-1:sys.service"] and watchers.armed() == []
+
+
+def test_a_unit_whose_hold_was_lost_is_looked_up_until_unloaded():
+    """A hold dropped with its connection (holds.py): no keeper to stop, but the name is
+    free only once systemd has unloaded the unit."""
+    k, bridge, watchers, _, gone = keepers_on_stubs()
+    k.await_unload("job-1:sys.service")
+    assert [(c.member, c.unit) for c in bridge.sent] == [("GetUnit", "job-1:sys.service")]
+    assert k.stopping("job-1:sys.service")
+    bridge.answer("GetUnit", NOT_LOADED)
+    assert gone == ["job-1:sys.service"]
 
 
 def test_a_unit_that_runs_on_frees_its_name_after_the_looks():

@@ -28,7 +28,7 @@ def test_a_start_waiting_for_the_name_goes_after_the_keeper_s_stop():
     seen = []
     bridge = StubBridge()
     ar = StartsAfterRelease(lambda msg, verb, f: f(msg), lambda *a: None, lambda m: "client")
-    holds = Holds(StubLog(), StubWatchers(), on_released=ar.gone)
+    holds = Holds(StubLog(), StubWatchers(), on_released=lambda unit, lost: ar.gone(unit))
     keepers = Keepers(
         bridge,
         StubBus(),
@@ -132,14 +132,16 @@ def test_a_held_unit_s_name_is_free_once_its_hold_too_is_released(monkeypatch):
 
 
 def test_a_keeper_stop_that_fails_at_once_still_waits_for_the_hold(monkeypatch):
-    """A StopUnit refused as it is sent (the connection lost) is over at once (the sweeper
-    has the keeper): the name is free only once the hold is released too."""
+    """A StopUnit refused as it is sent (the connection lost): the sweeper has the keeper,
+    and the name is free only once the unit is seen unloaded and the hold released too."""
     releases, holds, world, watchers, bridge, start = wired(monkeypatch)
     world.buses[0].answering = False
     bridge.refuse_next(UnitError(errno.ECONNRESET, "lost connection to systemd"))
     releases.release(UNIT, KEEPER)
     assert releases.keepers.sweeper.swept == [KEEPER] and start.seen == []
     answer_unref(world, watchers)
+    assert start.seen == []
+    bridge.answer("GetUnit", NOT_LOADED)
     assert start.seen == [("start checked", True)]
 
 
@@ -180,3 +182,17 @@ def test_feed_lets_a_done_record_s_unit_go_through_releases_alone():
     SdexecService.feed(svc, p, Unloading())
     assert p.state is ProcState.DONE and released == [(UNIT, KEEPER)]
     assert svc.registry.by_unit(UNIT) is None
+
+
+def test_a_hold_lost_with_its_connection_frees_the_name_once_the_unit_is_unloaded(monkeypatch):
+    """Review 2026-12b finding 2, the hold's half: a unit with no keeper whose Unref was
+    in flight when the bus went; the start waits until systemd says the unit is gone."""
+    releases, holds, world, watchers, bridge, start = wired(monkeypatch)
+    world.buses[0].answering = False
+    releases.release(UNIT, None)
+    world.buses[0].lose()
+    watchers.fds[0].fire()
+    assert start.seen == [] and releases.pending(UNIT)
+    assert [(c.member, c.unit) for c in bridge.sent] == [("GetUnit", UNIT)]
+    bridge.answer("GetUnit", NOT_LOADED)
+    assert start.seen == [("start checked", True)] and not releases.pending(UNIT)

@@ -17,8 +17,11 @@ drops the reference (sd-bus dispatches a reference dropped before the next messa
 same connection), and its loop runs the GC queue between messages, so a GetUnit sent after
 the answer, on this connection, is answered once the unreferenced unit is gone; then a
 start of the same name (a label reused, on the other connection: the private socket)
-cannot find the old unit loaded. ``on_released(unit)`` says so; a start of a releasing
-unit's name waits for it (after_release.py).
+cannot find the old unit loaded. ``on_released(unit, lost)`` says so; a start of a releasing
+unit's name waits for it (after_release.py). A release that ends with its connection closed
+(lost, replaced, or the unload's) is ``lost``: the reference goes once systemd learns the
+connection is gone, which no answer on another connection orders; whoever waits for the
+name then looks the unit up until systemd has unloaded it (keepers.py await_unload).
 
 An answer not in after UNREF_TIMEOUT (for both calls) means a slow bus: the holds move to a
 new connection. The old one stays open, unread, until the new one's Refs are all answered,
@@ -55,9 +58,9 @@ class Holds:
         self._log = log
         self._watchers = watchers  # adapters.watchers.Watchers; None: Unref awaited, no reactor
         self._watcher = None
-        self._on_released = on_released or (lambda unit: None)
+        self._on_released = on_released or (lambda unit, lost: None)
         self._releasing = {}  # unit -> its UNREF_TIMEOUT timer (None without watchers)
-        self._released = []  # releases answered, their on_released not yet called
+        self._released = []  # (unit, lost) of releases over, their on_released not yet called
         self._user_mode = user_mode
         self._bus = None
         self._old = None  # a slow connection replaced, open until _bus's Refs are answered
@@ -77,7 +80,7 @@ class Holds:
 
     def release(self, unit):
         """Unref ``unit`` (its record is gone), without waiting (see the module docstring);
-        ``on_released(unit)`` follows (at once when no answer is awaited: ``releasing(unit)``
+        ``on_released(unit, lost)`` follows (at once when no answer is awaited: ``releasing(unit)``
         False on return). A unit not held has nothing to release: no on_released."""
         if unit in self._releasing or unit not in self.held:
             return
@@ -88,7 +91,7 @@ class Holds:
                 self._notify()
                 return
         if unit in self._releasing and unit not in self._after_old:
-            self._over(unit)  # nothing left to wait for on this connection
+            self._over(unit, certain=self._bus is not None)  # nothing left to wait for here
         self._notify()
 
     def _unref(self, unit):
@@ -138,11 +141,12 @@ class Holds:
             self._watcher.destroy()  # else the flux handle keeps it referenced
             self._watcher = None
 
-    def _over(self, unit):
+    def _over(self, unit, certain=False):
         """The connection ``unit``'s Unref went on is done with it: released, unless an old
-        connection still open (see the module docstring) may refer to it too."""
+        connection still open (see the module docstring) may refer to it too. ``certain``:
+        systemd said so on a connection that stays (else the release is lost)."""
         if self._old is None:
-            self._done(unit)
+            self._done(unit, certain)
             return
         timer, self._releasing[unit] = self._releasing[unit], None
         if timer is not None:
@@ -150,19 +154,20 @@ class Holds:
             timer.destroy()
         self._after_old.add(unit)
 
-    def _done(self, unit):
-        """systemd has dropped sdexec's reference to ``unit``: on_released is due."""
+    def _done(self, unit, certain=False):
+        """sdexec's reference to ``unit`` is dropped (``certain``: systemd said it has
+        collected the unit, if nothing else refers to it): on_released is due."""
         timer = self._releasing.pop(unit, None)
         if timer is not None:
             timer.stop()
             timer.destroy()
         self._after_old.discard(unit)
-        self._released.append(unit)
+        self._released.append((unit, not certain))
 
     def _notify(self):
         """Call on_released for the releases done, outside any read of the connection."""
         while self._released:
-            self._on_released(self._released.pop(0))
+            self._on_released(*self._released.pop(0))
 
     def _late(self, unit):
         if self._old is not None:  # the holds are being taken again already
@@ -290,7 +295,7 @@ class Holds:
                 elif member == b"Unref" and unit in self._releasing:
                     self._look(unit)  # answered before the reference was dropped
                 elif member == b"GetUnit" and unit in self._releasing:
-                    self._over(unit)  # systemd has collected it if unreferenced
+                    self._over(unit, certain=True)  # collected it if unreferenced
                 sdbus.lib.sd_bus_message_unref(m)
             if r <= 0:
                 self._confirmed()

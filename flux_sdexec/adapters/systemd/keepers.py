@@ -14,7 +14,10 @@ the unit stop the keeper too (sdexec's own stops, the sweeper's, the unload's). 
 ends by itself is kept until sdexec is done with it (its record goes): ``release`` stops
 the keeper, and systemd unloads both. The unit's name is not free for a new start until
 systemd has unloaded it: ``stopping(unit)`` until ``on_gone(unit)`` (after_release.Releases
-frees the name once the unit's hold is released too). A keeper outlives an unload that hands
+frees the name once the unit's hold is released too). Only systemd's "not loaded" says so: a
+keeper whose stop fails goes to the sweeper and its unit is looked up until unloaded, and a
+look lost with the connection is tried again (a start of the name sent meanwhile, lost in
+turn, would find the old unit at its reconnect and take it for its own). A keeper outlives an unload that hands
 its unit over (``hand_over``), and a crash: the next sdexec adopts the unit, finds its keeper
 among its Wants= (``keeper_of``), and releases it in turn. A unit still running when its
 record goes (abandoned) runs on: its keeper goes.
@@ -22,12 +25,14 @@ record goes (abandoned) runs on: its keeper goes.
 
 import errno
 
+from flux_sdexec import settle
 from flux_sdexec.naming import slice_escape, slice_unescape, UNIT_NAME_MAX
 from flux_sdexec.errors import UnitError
 
 NOTIFY_TYPES = ("notify", "notify-reload")  # the types whose main process may send STOPPING=1
 LOOK_INTERVAL = 0.02  # seconds between looks for the unit, once its keeper is stopped
 LOOKS_MAX = 250  # looks (5 s) for the unit, then its name is taken as free
+LOST_LOOKS_MAX = 150  # looks lost with systemd (about 5 min), then the name is taken as free
 
 
 def keeper_name(unit):
@@ -83,7 +88,7 @@ class Keepers:
         self.log = log
         self._deadline = deadline
         self._on_gone = on_gone
-        self._stopping = {}  # unit -> [its keeper, looks done, the look timer or None]
+        self._stopping = {}  # unit -> [its keeper or None, looks done, looks lost, look timer]
         self._kept = set()  # units the unload hands over with their keepers
 
     def stopping(self, unit):
@@ -98,26 +103,37 @@ class Keepers:
         """Stop ``keeper``, then look ``unit`` up until systemd has unloaded it."""
         if unit in self._stopping or unit in self._kept:
             return
-        self._stopping[unit] = [keeper, 0, None]
+        self._stopping[unit] = [keeper, 0, 0, None]
         self._send(self.bridge.stop_unit, keeper, lambda exc: self._stopped(unit, exc))
+
+    def await_unload(self, unit):
+        """Look ``unit`` up until systemd has unloaded it (its hold went with a lost
+        connection: systemd drops the reference when it learns of the loss)."""
+        if unit in self._stopping or unit in self._kept:
+            return
+        self._stopping[unit] = [None, 0, 0, None]
+        self._look(unit)
 
     def _stopped(self, unit, exc):
         if unit not in self._stopping:
             return
         if exc is not None and exc.errno != errno.ENOENT:
-            self.sweeper.sweep(self._stopping[unit][0], f"stop: {exc}")
-            self._done(unit)
-        else:
-            self._look(unit)
+            self.sweeper.sweep(self._stopping[unit][0], f"stop: {exc}")  # stopped in rounds
+        self._look(unit)
 
     def _look(self, unit):
         self._send(self.bridge.get_unit, unit, lambda exc: self._looked(unit, exc))
 
     def _looked(self, unit, exc):
+        """The name is free once systemd says the unit is not loaded. A look lost with
+        systemd says nothing: looked again after a pause (settle.reconnect_delay)."""
         entry = self._stopping.get(unit)
         if entry is None:
             return
-        if exc is not None or entry[1] >= LOOKS_MAX:
+        if exc is not None and exc.errno in settle.UNKNOWN and entry[2] < LOST_LOOKS_MAX:
+            entry[2] += 1
+            self._look_again(unit, settle.reconnect_delay(entry[2]))
+        elif exc is not None or entry[1] >= LOOKS_MAX:
             if exc is None or exc.errno != errno.ENOENT:  # running on, or systemd not there
                 self.log.info(
                     f"{unit}: still loaded after its keeper stopped ({exc or 'no error'})"
@@ -125,12 +141,16 @@ class Keepers:
             self._done(unit)
         else:
             entry[1] += 1
-            if entry[2] is None:
-                entry[2] = self.watchers.timer(LOOK_INTERVAL, lambda: self._look(unit), unit)
-            entry[2].reset(after=LOOK_INTERVAL)
+            self._look_again(unit, LOOK_INTERVAL)
+
+    def _look_again(self, unit, after):
+        entry = self._stopping[unit]
+        if entry[3] is None:
+            entry[3] = self.watchers.timer(after, lambda: self._look(unit), unit)
+        entry[3].reset(after=after)
 
     def _done(self, unit):
-        timer = self._stopping.pop(unit)[2]
+        timer = self._stopping.pop(unit)[3]
         if timer is not None:
             timer.stop()
             timer.destroy()
@@ -147,7 +167,7 @@ class Keepers:
     def close(self):
         """Unloading: stop looking (the keepers' stops were sent; the unload stops the rest)."""
         for unit in list(self._stopping):
-            timer = self._stopping.pop(unit)[2]
+            timer = self._stopping.pop(unit)[3]
             if timer is not None:
                 timer.stop()
                 timer.destroy()
