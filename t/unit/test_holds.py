@@ -22,8 +22,8 @@ class Call:
 
 
 class Reply:
-    def __init__(self, kind, cookie):
-        self.kind, self.cookie = kind, cookie
+    def __init__(self, kind, cookie, errnum=None):
+        self.kind, self.cookie, self.errnum = kind, cookie, errnum
 
 
 class World:
@@ -34,6 +34,7 @@ class World:
     def __init__(self):
         self.events, self.buses = [], []
         self.answering = True
+        self.not_taken = set()  # members systemd does not take (it is reexecuting)
 
     def bus(self, user_mode=True):
         bus = FakeBus(self, len(self.buses) + 1)
@@ -62,9 +63,11 @@ class FakeBus:
     def send(self, m):
         self.cookie += 1
         self.world.events.append((m.member, m.unit, self.n))
-        (self.ready if self.answering else self.unanswered).append(
-            Reply(sdbus.METHOD_RETURN, self.cookie)
-        )
+        if m.member in self.world.not_taken:  # the bus's NoReply: recipient disconnected
+            reply = Reply(sdbus.METHOD_ERROR, self.cookie, errno.ETIMEDOUT)
+        else:
+            reply = Reply(sdbus.METHOD_RETURN, self.cookie)
+        (self.ready if self.answering else self.unanswered).append(reply)
         return self.cookie
 
     def call(self, m, usec=0):
@@ -105,7 +108,7 @@ def fake_sdbus(world):
         ffi=SimpleNamespace(NULL=None),
         lib=SimpleNamespace(sd_bus_message_unref=lambda m: None),
         path_encode=lambda prefix, unit: unit,
-        reply_error=lambda m: (errno.ENOENT, "Unit not loaded."),
+        reply_error=lambda m: (m.errnum or errno.ENOENT, "from the fake bus"),
     )
 
 
@@ -251,3 +254,56 @@ def test_a_release_is_lost_unless_systemd_answered_on_a_connection_that_stays(mo
     world.buses[2].answer()
     watchers.fds[2].fire()  # its Ref answered: the second connection closes
     assert world.events[-1] == ("close", 2) and seen[2:] == [("c.service", True)]
+
+
+def test_an_unref_systemd_did_not_take_is_not_taken_for_a_release(monkeypatch):
+    """Defect 9 of issue 33 (units left loaded after a reexec storm): an Unref sent as
+    systemd re-executes is answered by the bus ("recipient disconnected without replying")
+    while systemd keeps the reference through the reexec. It was taken for an answer, the
+    unit looked up and released: the unit stayed loaded until the connection closed. Now
+    the holds move to a new connection, whose close of the old one drops the reference."""
+    seen = []
+    holds, world, watchers, _ = on_fake_bus(monkeypatch, lambda u, lost: seen.append((u, lost)))
+    holds.hold("a.service")
+    holds.hold("b.service")
+    world.not_taken = {"Unref"}
+    holds.release("b.service")
+    assert world.events[-1] == ("Unref", "b.service", 1) and seen == []
+    world.not_taken = set()
+    [timer] = watchers.armed()
+    timer.fire()
+    watchers.fds[1].fire()  # the new connection's Ref answered
+    assert world.since(("Unref", "b.service", 1)) == [
+        ("open", 2), ("Ref", "a.service", 2), ("close", 1)
+    ]  # fmt: skip
+    assert seen == [("b.service", True)] and holds.held == {"a.service"}
+
+
+def test_a_ref_systemd_did_not_take_stays_held_and_is_taken_again(monkeypatch):
+    """A Ref answered by the bus during a reexec may have been taken (systemd keeps it) or
+    not: the unit stays held (a later Unref drops it either way), and the holds move to a
+    new connection so that systemd has exactly one reference (Refs count: a second Ref on
+    one connection would need two Unrefs)."""
+    holds, world, watchers, _ = on_fake_bus(monkeypatch)
+    world.not_taken = {"Ref"}
+    holds.hold("a.service")
+    assert holds.held == {"a.service"}
+    world.not_taken = set()
+    [timer] = watchers.armed()
+    timer.fire()
+    watchers.fds[1].fire()
+    assert world.since(("Ref", "a.service", 1)) == [
+        ("open", 2), ("Ref", "a.service", 2), ("close", 1)
+    ]  # fmt: skip
+    assert holds.held == {"a.service"} and watchers.armed() == []
+
+
+def test_moves_stop_after_too_many_refs_not_taken(monkeypatch):
+    holds, world, watchers, _ = on_fake_bus(monkeypatch)
+    world.not_taken = {"Ref"}
+    holds.hold("a.service")
+    for _ in range(holds_mod.MOVES_MAX):
+        watchers.armed()[0].fire()
+        watchers.fds[-1].fire()
+    assert watchers.armed() == [] and len(world.buses) == holds_mod.MOVES_MAX + 1
+    assert holds.held == {"a.service"}

@@ -32,6 +32,15 @@ releases sent on the old connection are done once it is closed; so is one done o
 connection meanwhile (the old one may still refer to its unit). While the old connection
 is open nothing else starts a reconnect, so there are at most two. A connection that failed
 (a bus restart) has no reference left to keep: it is closed at once and the holds taken again.
+
+A daemon-reexec leaves the connection up, and systemd keeps its references through it, but a
+Ref or Unref it read and did not answer before it re-executed, or sent while it is off the bus,
+is answered by the bus daemon (NoReply, ServiceUnknown): whether systemd took it is unknown.
+systemd counts the Refs of one connection (two need two Unrefs), so neither is sent again:
+the unit stays held or releasing, and the holds move to a new connection as for a late answer
+(an Unref by its UNREF_TIMEOUT, a Ref after MOVE_DELAY): the old connection's close drops
+whatever it held, exactly once. Taking the Unref's answer for a release left the unit loaded
+until sdexec closed its connections (units piling up under a storm of reexecs).
 """
 
 import errno
@@ -48,6 +57,10 @@ UNIT = b"org.freedesktop.systemd1.Unit"
 LOST = sdbus.DISCONNECTED | {errno.ETIMEDOUT}  # else an answer of systemd's
 WAIT_USEC = 1_000_000  # a call awaited: systemd answers at once; a stalled bus costs this once
 UNREF_TIMEOUT = 1.0  # seconds for systemd's answer to an Unref before the holds move
+# the bus daemon's answers for systemd (NoReply, ServiceUnknown, NameHasNoOwner): a reexec
+NOT_TAKEN = frozenset((errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENXIO))
+MOVE_DELAY = 1.0  # seconds after a Ref not taken before the holds move (systemd back by then)
+MOVES_MAX = 20  # moves in a row whose Refs were not taken either, then the holds stay put
 
 
 class Holds:
@@ -69,6 +82,9 @@ class Holds:
         self._errors = {}  # cookie -> (member, unit), for the calls sent without waiting
         self.held = set()
         self._handing_over = False
+        self._move_timer = None  # armed by a Ref not taken (_not_taken)
+        self._moves = 0  # moves in a row whose new connection had a Ref not taken too
+        self._untaken = False  # a Ref on _bus was not taken
 
     def hold(self, unit, wait=False):
         """Ref ``unit``; ``wait``: see systemd answer (adoption, before the guard stops)."""
@@ -127,6 +143,10 @@ class Holds:
         """Close the connections, unflushed (never waiting for a stalled bus): every reference
         they held goes, releases in flight too."""
         self._stop_watcher()
+        if self._move_timer is not None:
+            self._move_timer.stop()
+            self._move_timer.destroy()
+            self._move_timer = None
         for bus in (self._bus, self._old):
             if bus is not None:
                 bus.close(flush=False)  # nothing queued matters: closing drops it all
@@ -170,13 +190,36 @@ class Holds:
             self._on_released(*self._released.pop(0))
 
     def _late(self, unit):
-        if self._old is not None:  # the holds are being taken again already
-            self._log.warning(
-                f"{unit}: Unref not answered in {UNREF_TIMEOUT:g}s, nor the holds taken again"
-                " on a new connection: waiting for the bus"
-            )
+        if self._old is not None:  # the holds are being taken again already: look again
+            self._log.debug(f"{unit}: Unref not answered, nor the holds taken again: waiting")
+            self._releasing[unit].reset(after=UNREF_TIMEOUT)
             return
         self._log.warning(f"{unit}: Unref not answered in {UNREF_TIMEOUT:g}s: reconnecting")
+        self._reconnect("every unit held", lost=False)
+        self._notify()
+
+    def _not_taken(self, member, unit, text):
+        """systemd did not answer ``member`` for ``unit`` before it re-executed: see the
+        module docstring. An Unref's UNREF_TIMEOUT moves the holds; a Ref arms the move."""
+        self._log.debug(f"{unit}: {member.decode()} not taken by systemd: {text}")
+        if member == b"Ref" and self._watchers is not None:
+            self._untaken = True
+            if self._moves >= MOVES_MAX:
+                self._log.error(
+                    f"units held: systemd took no Ref on {MOVES_MAX} connections in a row:"
+                    " units may stay loaded until sdexec unloads"
+                )
+                return
+            if self._move_timer is None:
+                self._move_timer = self._watchers.timer(MOVE_DELAY, self._move, "holds")
+            self._move_timer.reset(after=MOVE_DELAY)
+
+    def _move(self):
+        if self._old is not None:  # a move is under way: this one follows it
+            self._move_timer.reset(after=MOVE_DELAY)
+            return
+        self._moves += 1
+        self._log.warning("units held: a Ref not taken by systemd (reexec): reconnecting")
         self._reconnect("every unit held", lost=False)
         self._notify()
 
@@ -201,6 +244,8 @@ class Holds:
         if self._old is not None and not self._confirming:
             self._old.close(flush=False)
             self._old = None
+            if not self._untaken:
+                self._moves = 0
             for unit in list(self._after_old):
                 self._done(unit)
 
@@ -247,6 +292,7 @@ class Holds:
         goes at once."""
         self._errors.clear()
         self._confirming.clear()
+        self._untaken = False
         try:
             self._bus = sdbus.Bus(self._user_mode)
             for other in self.held - {skip}:
@@ -289,13 +335,17 @@ class Holds:
             if m != sdbus.ffi.NULL:
                 self._confirming.discard(cookie)
                 member, unit = self._errors.pop(cookie, (None, None))
-                if member == b"Ref" and kind == sdbus.METHOD_ERROR:
+                errnum, text = sdbus.reply_error(m) if kind == sdbus.METHOD_ERROR else (None, "")
+                if errnum in NOT_TAKEN and member in (b"Ref", b"Unref"):
+                    self._not_taken(member, unit, text)
+                elif member == b"Ref" and errnum is not None:
                     self.held.discard(unit)
-                    self._log.debug(f"{unit}: Ref refused: {sdbus.reply_error(m)[1]}")
+                    self._log.debug(f"{unit}: Ref refused: {text}")
                 elif member == b"Unref" and unit in self._releasing:
                     self._look(unit)  # answered before the reference was dropped
                 elif member == b"GetUnit" and unit in self._releasing:
-                    self._over(unit, certain=True)  # collected it if unreferenced
+                    # collected if unreferenced; not seen when systemd re-executed meanwhile
+                    self._over(unit, certain=errnum not in NOT_TAKEN)
                 sdbus.lib.sd_bus_message_unref(m)
             if r <= 0:
                 self._confirmed()
