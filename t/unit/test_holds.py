@@ -117,7 +117,9 @@ def on_fake_bus(monkeypatch, on_released=None):
     world, watchers, released = World(), StubWatchers(), []
     monkeypatch.setattr(holds_mod, "sdbus", fake_sdbus(world))
     monkeypatch.setattr(holds_mod, "append", lambda m, sig, unit: setattr(m, "unit", unit))
-    holds = Holds(StubLog(), watchers, on_released=on_released or (lambda unit, lost: released.append(unit)))
+    holds = Holds(
+        StubLog(), watchers, on_released=on_released or (lambda unit, lost: released.append(unit))
+    )
     return holds, world, watchers, released
 
 

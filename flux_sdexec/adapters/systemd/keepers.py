@@ -17,10 +17,10 @@ systemd has unloaded it: ``stopping(unit)`` until ``on_gone(unit)`` (after_relea
 frees the name once the unit's hold is released too). Only systemd's "not loaded" says so: a
 keeper whose stop fails goes to the sweeper and its unit is looked up until unloaded, and a
 look lost with the connection is tried again (a start of the name sent meanwhile, lost in
-turn, would find the old unit at its reconnect and take it for its own). A keeper outlives an unload that hands
-its unit over (``hand_over``), and a crash: the next sdexec adopts the unit, finds its keeper
-among its Wants= (``keeper_of``), and releases it in turn. A unit still running when its
-record goes (abandoned) runs on: its keeper goes.
+turn, would find the old unit at its reconnect and take it for its own). A keeper outlives
+an unload that hands its unit over (``hand_over``), and a crash: the next sdexec adopts the
+unit, finds its keeper among its Wants= (``keeper_of``), and releases it in turn. A unit
+still running when its record goes (abandoned) runs on: its keeper goes.
 """
 
 import errno
