@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flux_sdexec.adapters.usage import Accounting  # noqa: E402
+from flux_sdexec.broker.accounting import Accounting  # noqa: E402
 
 
 def main(n=2000):

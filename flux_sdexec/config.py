@@ -3,9 +3,9 @@
 import errno
 import re
 
-from flux_sdexec import handoff, orphans, settle
+from flux_sdexec.core import handoff, orphans, settle
 from flux_sdexec.containment.enforcement import CONSTRAINTS
-from flux_sdexec.errors import RequestError
+from flux_sdexec.core.errors import RequestError
 
 _PREFIX = "error reading [systemd] config table"
 
@@ -20,10 +20,10 @@ READ_KEYS = {
     "sdexec.systemd-timeout": "flux_sdexec/config.py",
     "sdexec.orphan-check-interval": "flux_sdexec/config.py",
     "sdexec.restart-grace": "flux_sdexec/config.py",
-    "sdexec.mapper": "flux_sdexec/containment/mapper/service.py",
-    "sdexec.mapper-searchpath": "flux_sdexec/containment/mapper/service.py",
-    "sdexec.allowed-devices": "flux_sdexec/containment/mapper/service.py",
-    "exec.sdexec-properties": "flux_sdexec/containment/mapper/service.py",
+    "sdexec.mapper": "flux_sdexec/containment/mapper/mapper_service.py",
+    "sdexec.mapper-searchpath": "flux_sdexec/containment/mapper/mapper_service.py",
+    "sdexec.allowed-devices": "flux_sdexec/containment/mapper/mapper_service.py",
+    "exec.sdexec-properties": "flux_sdexec/containment/mapper/mapper_service.py",
     "exec.method": "flux_sdexec/cli/upgrade_steps.py",
 }
 # Keys flux-core reads whose meaning flux-sdexec changes or relies on (documented there too).

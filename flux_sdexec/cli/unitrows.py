@@ -8,8 +8,8 @@ prints as flux does: ``ƒ`` in a UTF-8 locale). Pure: stdlib only.
 
 import time
 
-from flux_sdexec.cli.table import render
-from flux_sdexec.orphans import job_id
+from flux_sdexec.cli.columns import render
+from flux_sdexec.core.orphans import job_id
 
 UNTRACKED = "untracked"
 # the state shown for a job shell being stopped because its job is over (orphans.py)

@@ -1,10 +1,10 @@
 """``flux sdexec usage`` without flux: a job's per-rank records to rows and a total. Pure.
 
-A record is what ``adapters/usage.py`` keeps for one job shell (the job's KVS key
+A record is what ``broker/accounting.py`` keeps for one job shell (the job's KVS key
 ``sdexec-usage.<rank>``, or a rank's live ``sdexec.usage`` answer while it runs).
 """
 
-from flux_sdexec.cli.table import render
+from flux_sdexec.cli.columns import render
 
 COLUMNS = (
     ("JOBID", "jobid"),

@@ -9,7 +9,7 @@ FLUX_MODULE_PATH_PREPEND, or a site names this file in ``[modules]``::
     sdexec.module = "/path/to/flux_sdexec/modules/sdexec.py"
 
 Only wiring lives here: each handler hands its message to
-``flux_sdexec.adapters.requests.Requests`` through ``SdexecService.serve``.
+``flux_sdexec.broker.requests.Requests`` through ``SdexecService.serve``.
 """
 
 import errno
@@ -27,11 +27,12 @@ if (_ROOT / "flux_sdexec" / "__init__.py").is_file():
 
 from flux.brokermod import BrokerModule, event_handler, request_handler  # noqa: E402
 
-from flux_sdexec import config, naming  # noqa: E402
-from flux_sdexec.adapters.brokerstate import broker_state  # noqa: E402
-from flux_sdexec.adapters.requests import Requests  # noqa: E402
-from flux_sdexec.adapters.service import SdexecService  # noqa: E402
-from flux_sdexec.adapters.watchers import guarded  # noqa: E402
+from flux_sdexec import config  # noqa: E402
+from flux_sdexec.core import naming  # noqa: E402
+from flux_sdexec.broker.brokerstate import broker_state  # noqa: E402
+from flux_sdexec.broker.requests import Requests  # noqa: E402
+from flux_sdexec.broker.service import SdexecService  # noqa: E402
+from flux_sdexec.broker.watchers import guarded  # noqa: E402
 
 # rank 0 answers in milliseconds; a follower in rc1 once waited forever for it (3 nodes)
 UUID_TIMEOUT = 30.0

@@ -36,8 +36,8 @@ def _add_flux_python_path():
 
 _add_flux_python_path()
 
-from flux_sdexec.adapters.systemd.bridge import SystemdBridge  # noqa: E402
-from flux_sdexec.unitstate import TRACKED  # noqa: E402
+from flux_sdexec.systemd.bridge import SystemdBridge  # noqa: E402
+from flux_sdexec.core.unitstate import TRACKED  # noqa: E402
 
 WAIT_TIMEOUT = 10.0
 

@@ -12,10 +12,10 @@ pytest.importorskip("flux", reason="flux's Python bindings are not installed")
 
 from flux.constants import FLUX_POLLIN, FLUX_POLLOUT  # noqa: E402
 
-from flux_sdexec.adapters.channels import READ_MIN, InputChannel, OutputChannel  # noqa: E402
-from flux_sdexec.adapters.outbox import Flow  # noqa: E402
-from flux_sdexec.adapters.watchers import Watchers  # noqa: E402
-from flux_sdexec.linebuf import OutputBuffer  # noqa: E402
+from flux_sdexec.broker.channels import READ_MIN, InputChannel, OutputChannel  # noqa: E402
+from flux_sdexec.broker.outbox import Flow  # noqa: E402
+from flux_sdexec.broker.watchers import Watchers  # noqa: E402
+from flux_sdexec.core.linebuf import OutputBuffer  # noqa: E402
 
 
 class Log:

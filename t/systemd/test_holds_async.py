@@ -17,9 +17,9 @@ from test_holds import ended_inactive, shown, unloaded
 
 flux = pytest.importorskip("flux", reason="flux's Python bindings are not installed")
 
-from flux_sdexec.adapters.systemd.holds import UNREF_TIMEOUT, Holds  # noqa: E402
-from flux_sdexec.adapters.watchers import Watchers  # noqa: E402
-from flux_sdexec.errors import UnitError  # noqa: E402
+from flux_sdexec.systemd.holds import UNREF_TIMEOUT, Holds  # noqa: E402
+from flux_sdexec.broker.watchers import Watchers  # noqa: E402
+from flux_sdexec.core.errors import UnitError  # noqa: E402
 
 LOG = logging.getLogger("test")
 BOUND = 5.0  # seconds any reactor run below may take
@@ -113,10 +113,10 @@ def test_an_exec_of_a_name_being_released_waits_for_on_released():
     after_release and is served once on_released says the name is free."""
     from types import SimpleNamespace
 
-    from flux_sdexec.adapters.after_release import StartsAfterRelease
-    from flux_sdexec.adapters.requests import Requests
-    from flux_sdexec.protocol import ExecRequest
-    from flux_sdexec.registry import Registry
+    from flux_sdexec.broker.after_release import StartsAfterRelease
+    from flux_sdexec.broker.requests import Requests
+    from flux_sdexec.core.protocol import ExecRequest
+    from flux_sdexec.core.registry import Registry
 
     served, unit = [], "L:t1.service"
     after = StartsAfterRelease(

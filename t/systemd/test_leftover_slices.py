@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 from conftest import systemctl
 
-from flux_sdexec.adapters import adopt
-from flux_sdexec.adapters.systemd import teardown
-from flux_sdexec.adapters.systemd.keepers import keeper_name
-from flux_sdexec.containment.usage import accounting_slice
-from flux_sdexec.naming import UnitNamer
-from flux_sdexec.registry import Registry
+from flux_sdexec.broker import adopt
+from flux_sdexec.systemd import teardown
+from flux_sdexec.systemd.keepers import keeper_name
+from flux_sdexec.containment.cgroup_usage import accounting_slice
+from flux_sdexec.core.naming import UnitNamer
+from flux_sdexec.core.registry import Registry
 
 LOG = logging.getLogger("test")
 

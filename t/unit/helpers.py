@@ -6,11 +6,11 @@ import pathlib
 import signal
 
 from flux_sdexec.containment.enforcement import PostStartCheck
-from flux_sdexec.events import OutputClosed, UnitChanged
-from flux_sdexec.machine import handle
-from flux_sdexec.protocol import ExecRequest
-from flux_sdexec.sdproc import SdProc
-from flux_sdexec.states import ProcState
+from flux_sdexec.core.events import OutputClosed, UnitChanged
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.protocol import ExecRequest
+from flux_sdexec.core.sdproc import SdProc
+from flux_sdexec.core.states import ProcState
 
 # a post-start check as a constrained job shell asks for it (opaque to the core)
 CHECK = PostStartCheck({"AllowedCPUs": "0"}, constrained=True)

@@ -10,8 +10,8 @@ import errno
 import syslog
 from dataclasses import dataclass
 
-from flux_sdexec import handoff
-from flux_sdexec.events import (
+from flux_sdexec.core import handoff
+from flux_sdexec.core.events import (
     AnswerMaybeLost,
     AnswerWait,
     ArmGrace,
@@ -25,10 +25,10 @@ from flux_sdexec.events import (
     WaitRequested,
     HoldsStart,
 )
-from flux_sdexec.machine import handle
-from flux_sdexec.registry import Registry
-from flux_sdexec.states import ProcState
-from flux_sdexec.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.registry import Registry
+from flux_sdexec.core.states import ProcState
+from flux_sdexec.core.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
 
 from helpers import new, pid_of, replay, until_failed
 

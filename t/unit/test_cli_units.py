@@ -3,7 +3,7 @@
 import time
 
 from flux_sdexec.cli import unitrows
-from flux_sdexec.cli.table import render
+from flux_sdexec.cli.columns import render
 
 
 def test_job_id_from_bgexec_labels_and_bulk_exec_unit_names():

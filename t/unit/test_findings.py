@@ -14,7 +14,7 @@ import syslog
 
 import pytest
 
-from flux_sdexec.events import (
+from flux_sdexec.core.events import (
     ContainmentChecked,
     AnswerWait,
     ArmTimer,
@@ -29,9 +29,9 @@ from flux_sdexec.events import (
     UnitChanged,
     WaitRequested,
 )
-from flux_sdexec import table
-from flux_sdexec.machine import fail, handle
-from flux_sdexec.states import ProcState
+from flux_sdexec.core import table
+from flux_sdexec.core.machine import fail, handle
+from flux_sdexec.core.states import ProcState
 
 from helpers import feed, new
 

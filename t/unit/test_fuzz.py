@@ -20,8 +20,8 @@ import os
 import random
 import signal
 
-from flux_sdexec import handoff
-from flux_sdexec.events import (
+from flux_sdexec.core import handoff
+from flux_sdexec.core.events import (
     AnswerMaybeLost,
     ContainmentChecked,
     AnswerWait,
@@ -50,8 +50,8 @@ from flux_sdexec.events import (
     WaitRequested,
     WaiterGone,
 )
-from flux_sdexec.machine import handle
-from flux_sdexec.states import ESCALATING, ProcState, StopStage
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.states import ESCALATING, ProcState, StopStage
 
 from helpers import CHECK, new
 from sim import FATES, SimUnit

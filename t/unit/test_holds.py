@@ -11,9 +11,9 @@ from stubs import StubLog, StubWatchers
 
 fluxpath.add()
 
-from flux_sdexec.adapters.systemd import holds as holds_mod  # noqa: E402
-from flux_sdexec.adapters.systemd import sdbus  # noqa: E402
-from flux_sdexec.adapters.systemd.holds import Holds  # noqa: E402
+from flux_sdexec.systemd import holds as holds_mod  # noqa: E402
+from flux_sdexec.systemd import sdbus  # noqa: E402
+from flux_sdexec.systemd.holds import Holds  # noqa: E402
 
 
 class Call:
@@ -117,7 +117,9 @@ def on_fake_bus(monkeypatch, on_released=None):
     world, watchers, released = World(), StubWatchers(), []
     monkeypatch.setattr(holds_mod, "sdbus", fake_sdbus(world))
     monkeypatch.setattr(holds_mod, "append", lambda m, sig, unit: setattr(m, "unit", unit))
-    holds = Holds(StubLog(), watchers, on_released=on_released or (lambda unit, lost: released.append(unit)))
+    holds = Holds(
+        StubLog(), watchers, on_released=on_released or (lambda unit, lost: released.append(unit))
+    )
     return holds, world, watchers, released
 
 

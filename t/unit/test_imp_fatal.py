@@ -7,9 +7,9 @@ reported ready; after lost signals, only when a read says so (review 2026-12b, f
 import errno
 import syslog
 
-from flux_sdexec import impfatal
-from flux_sdexec.adapters.sinks import output_sink
-from flux_sdexec.events import (
+from flux_sdexec.core import impfatal
+from flux_sdexec.broker.sinks import output_sink
+from flux_sdexec.core.events import (
     AnswerWait,
     DrainOutput,
     DrainRank,
@@ -22,7 +22,7 @@ from flux_sdexec.events import (
     UnitChanged,
     WaitRequested,
 )
-from flux_sdexec.states import ProcState
+from flux_sdexec.core.states import ProcState
 
 from helpers import feed, new
 

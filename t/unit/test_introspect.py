@@ -1,12 +1,12 @@
 """What stats-get adds for flux sdexec status: how systemd is reached, processes per state;
 what sdexec.units says of a suspect or orphan shell."""
 
-from flux_sdexec.adapters import introspect
-from flux_sdexec.events import JobGone, WaitRequested
-from flux_sdexec.machine import handle
-from flux_sdexec.protocol import ExecRequest
-from flux_sdexec.sdproc import SdProc
-from flux_sdexec.states import ProcState
+from flux_sdexec.broker import introspect
+from flux_sdexec.core.events import JobGone, WaitRequested
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.protocol import ExecRequest
+from flux_sdexec.core.sdproc import SdProc
+from flux_sdexec.core.states import ProcState
 
 from test_orphans import shell
 

@@ -1,4 +1,4 @@
-"""The state machine's own kills (adapters/actions.py) on a stubbed bus: settled as
+"""The state machine's own kills (broker/actions.py) on a stubbed bus: settled as
 ``sdexec.kill``'s are (calls.py), so one lost to a reconnect is sent again."""
 
 import errno
@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from flux_sdexec.adapters.actions import ActionRunner
-from flux_sdexec.adapters.systemd.calls import Calls
-from flux_sdexec.errors import UnitError
-from flux_sdexec.events import (
+from flux_sdexec.broker.actions import ActionRunner
+from flux_sdexec.systemd.calls import Calls
+from flux_sdexec.core.errors import UnitError
+from flux_sdexec.core.events import (
     ClientGone,
     ContainmentChecked,
     KillUnit,

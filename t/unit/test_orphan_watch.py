@@ -1,14 +1,14 @@
-"""The orphan watch's own logic (adapters/orphan_watch.py): when it asks, what it asks,
+"""The orphan watch's own logic (broker/orphan_watch.py): when it asks, what it asks,
 how often, and what it does with the answer. Stub handle and timers: no flux, no sleeping."""
 
 import errno
 
-from flux_sdexec import orphans, shelljobs
-from flux_sdexec.adapters import orphan_watch
-from flux_sdexec.adapters.orphan_watch import OrphanWatch
-from flux_sdexec.events import StopUnit, WaitRequested
-from flux_sdexec.machine import handle
-from flux_sdexec.registry import Registry
+from flux_sdexec.core import orphans, shelljobs
+from flux_sdexec.broker import orphan_watch
+from flux_sdexec.broker.orphan_watch import OrphanWatch
+from flux_sdexec.core.events import StopUnit, WaitRequested
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.registry import Registry
 
 from stubs import StubLog, StubWatchers
 from test_orphans import shell

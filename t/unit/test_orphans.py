@@ -6,11 +6,13 @@ import syslog
 
 import pytest
 
-from flux_sdexec import config, orphans
-from flux_sdexec.errors import RequestError
-from flux_sdexec.events import JobGone, Log, StopUnit, WaitRequested
-from flux_sdexec.machine import handle
-from flux_sdexec.states import ProcState
+from flux_sdexec import config
+
+from flux_sdexec.core import orphans
+from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.events import JobGone, Log, StopUnit, WaitRequested
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.states import ProcState
 
 from helpers import new, replay
 

@@ -6,7 +6,7 @@ recorded from systemd (t/fixtures/).
 import errno
 import syslog
 
-from flux_sdexec.events import (
+from flux_sdexec.core.events import (
     AnswerWait,
     DrainOutput,
     GraceExpired,
@@ -27,9 +27,9 @@ from flux_sdexec.events import (
     WaitRequested,
     WaiterGone,
 )
-from flux_sdexec.machine import handle
-from flux_sdexec.states import ProcState
-from flux_sdexec.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.states import ProcState
+from flux_sdexec.core.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
 
 from helpers import EXEC_FAIL_TEXT, replay, pid_of, fg, waitable, until_failed, new
 

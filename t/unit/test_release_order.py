@@ -11,10 +11,10 @@ from stubs import StubBridge, StubBus, StubLog, StubWatchers
 
 fluxpath.add()
 
-from flux_sdexec.adapters.after_release import Releases, StartsAfterRelease  # noqa: E402
-from flux_sdexec.adapters.systemd.holds import Holds  # noqa: E402
-from flux_sdexec.adapters.systemd.keepers import Keepers  # noqa: E402
-from flux_sdexec.errors import UnitError  # noqa: E402
+from flux_sdexec.broker.after_release import Releases, StartsAfterRelease  # noqa: E402
+from flux_sdexec.systemd.holds import Holds  # noqa: E402
+from flux_sdexec.systemd.keepers import Keepers  # noqa: E402
+from flux_sdexec.core.errors import UnitError  # noqa: E402
 
 UNIT, KEEPER = "imp-shell-0-fA1-3:tb.service", "imp\\x2dshell\\x2d0\\x2dfA1\\x2d3:tb.slice"
 NOT_LOADED = UnitError(errno.ENOENT, f"Unit {UNIT} not loaded.")
@@ -160,10 +160,10 @@ def test_feed_lets_a_done_record_s_unit_go_through_releases_alone():
     orders the release (holds and keepers have no release() here: called, it would raise)."""
     from helpers import new
 
-    from flux_sdexec.adapters.service import SdexecService
-    from flux_sdexec.events import Unloading
-    from flux_sdexec.registry import Registry
-    from flux_sdexec.states import ProcState
+    from flux_sdexec.broker.service import SdexecService
+    from flux_sdexec.core.events import Unloading
+    from flux_sdexec.core.registry import Registry
+    from flux_sdexec.core.states import ProcState
 
     p = new(unit=UNIT)
     p.keeper = KEEPER

@@ -8,12 +8,12 @@ No flux, no systemd: the bridge's calls are answered by hand (stubs.py)."""
 import errno
 import types
 
-from flux_sdexec.adapters import introspect
-from flux_sdexec.errors import UnitError
-from flux_sdexec.naming import UnitNamer
-from flux_sdexec.protocol import ExecRequest
-from flux_sdexec.registry import Registry
-from flux_sdexec.sdproc import SdProc
+from flux_sdexec.broker import introspect
+from flux_sdexec.core.errors import UnitError
+from flux_sdexec.core.naming import UnitNamer
+from flux_sdexec.core.protocol import ExecRequest
+from flux_sdexec.core.registry import Registry
+from flux_sdexec.core.sdproc import SdProc
 
 from stubs import StubBridge, StubBus
 

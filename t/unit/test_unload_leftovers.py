@@ -22,17 +22,17 @@ from stubs import StubBus, StubLog, StubWatchers
 
 fluxpath.add()
 
-from flux_sdexec import handoff  # noqa: E402
-from flux_sdexec.adapters import adopt  # noqa: E402
-from flux_sdexec.adapters.service import SdexecService  # noqa: E402
-from flux_sdexec.adapters.systemd import teardown  # noqa: E402
-from flux_sdexec.adapters.systemd.keepers import Keepers, keeper_name  # noqa: E402
-from flux_sdexec.adapters.systemd.sweeper import Sweeper  # noqa: E402
-from flux_sdexec.adapters.usage import Accounting  # noqa: E402
-from flux_sdexec.containment.usage import accounting_slice  # noqa: E402
-from flux_sdexec.errors import UnitError  # noqa: E402
-from flux_sdexec.naming import UnitNamer  # noqa: E402
-from flux_sdexec.registry import Registry  # noqa: E402
+from flux_sdexec.core import handoff  # noqa: E402
+from flux_sdexec.broker import adopt  # noqa: E402
+from flux_sdexec.broker.service import SdexecService  # noqa: E402
+from flux_sdexec.systemd import teardown  # noqa: E402
+from flux_sdexec.systemd.keepers import Keepers, keeper_name  # noqa: E402
+from flux_sdexec.systemd.sweeper import Sweeper  # noqa: E402
+from flux_sdexec.broker.accounting import Accounting  # noqa: E402
+from flux_sdexec.containment.cgroup_usage import accounting_slice  # noqa: E402
+from flux_sdexec.core.errors import UnitError  # noqa: E402
+from flux_sdexec.core.naming import UnitNamer  # noqa: E402
+from flux_sdexec.core.registry import Registry  # noqa: E402
 
 UNIT = "imp-shell-0-fA1:tb.service"
 SLICE = accounting_slice(UNIT, "0a1b2c3d")
@@ -256,7 +256,7 @@ def test_the_next_load_stops_its_leftover_slices_and_keepers_only(monkeypatch):
 def test_the_bridge_s_close_answers_the_calls_it_drops():
     """bridge.py's close() dropped the calls still pending unanswered: their senders never
     learnt (a keeper's or slice's stop then went to no sweeper at all)."""
-    from flux_sdexec.adapters.systemd.bridge import SystemdBridge
+    from flux_sdexec.systemd.bridge import SystemdBridge
 
     bridge = SystemdBridge(lambda unit, props: None, ())
     answers = []

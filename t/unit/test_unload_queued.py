@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from flux_sdexec.adapters.actions import ActionRunner
-from flux_sdexec.events import Reap, RespondError, StopUnit, UnitChanged, Unloading
-from flux_sdexec.lifecycle import UNLOADING_TEXT
-from flux_sdexec.unitstate import forget_call
+from flux_sdexec.broker.actions import ActionRunner
+from flux_sdexec.core.events import Reap, RespondError, StopUnit, UnitChanged, Unloading
+from flux_sdexec.core.lifecycle import UNLOADING_TEXT
+from flux_sdexec.core.unitstate import forget_call
 
 from helpers import feed, new
 from stubs import StubBridge, StubBus, StubLog

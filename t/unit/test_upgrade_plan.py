@@ -3,7 +3,7 @@ what a rank must show after the reload, job-exec's arguments, the report."""
 
 from types import SimpleNamespace
 
-from flux_sdexec.adapters import introspect
+from flux_sdexec.broker import introspect
 from flux_sdexec.cli import upgrade_plan as plan
 
 MODULE = "/opt/sdexec/sdexec.py"

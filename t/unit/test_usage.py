@@ -9,13 +9,13 @@ import socket
 import types
 
 
-from flux_sdexec.adapters.kmsg import OomLog
-from flux_sdexec.adapters.usage import Accounting
-from flux_sdexec.containment import cgroups, usage
+from flux_sdexec.broker.kmsg import OomLog
+from flux_sdexec.broker.accounting import Accounting
+from flux_sdexec.containment import cgroups, cgroup_usage
 
 UNIT = "shell-0-fA1:tb.service"
-SLICE = usage.accounting_slice(UNIT, "0a1b2c3d")
-PARENT = f"/app.slice/{usage.PARENT_SLICE}"
+SLICE = cgroup_usage.accounting_slice(UNIT, "0a1b2c3d")
+PARENT = f"/app.slice/{cgroup_usage.PARENT_SLICE}"
 CPU_STAT = "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\nnice_usec 0\n"
 
 
@@ -63,8 +63,10 @@ def record(proc, opts=None, kmsg=""):
 
 def test_slice_name_escapes_what_systemd_reads_as_nesting():
     assert SLICE == "app-sdexec-shell\\x2d0\\x2dfA1:tb_0a1b2c3d.slice"
-    assert usage.accounting_slice("a b/c", "1") == "app-sdexec-a\\x20b\\x2fc_1.slice"
-    assert usage.is_accounting_slice(SLICE) and not usage.is_accounting_slice("app.slice")
+    assert cgroup_usage.accounting_slice("a b/c", "1") == "app-sdexec-a\\x20b\\x2fc_1.slice"
+    assert cgroup_usage.is_accounting_slice(SLICE) and not cgroup_usage.is_accounting_slice(
+        "app.slice"
+    )
 
 
 def proc(name=UNIT, opts=None):
@@ -77,7 +79,7 @@ def proc(name=UNIT, opts=None):
 
 def test_a_unit_whose_slice_name_would_be_too_long_gets_none(tmp_path):
     long = "x" * 240 + ".service"
-    assert usage.accounting_slice(long, "0a1b2c3d") is None
+    assert cgroup_usage.accounting_slice(long, "0a1b2c3d") is None
     acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.HYBRID), kmsg="")
     p = proc(long)
     assert acc.place(p, [("Type", "s", "exec")]) == [("Type", "s", "exec")]
@@ -91,7 +93,7 @@ def test_before_any_slice_was_located_every_figure_is_null_with_the_reason(tmp_p
         unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0, accounting_slice=SLICE
     )
     rec = acc._record(p)
-    assert all(rec[f] is None for f in usage.FIELDS) and rec["result"] == "signal"
+    assert all(rec[f] is None for f in cgroup_usage.FIELDS) and rec["result"] == "signal"
     assert set(rec["null_reasons"].values()) == {
         "where the accounting slices are is not known "
         "yet (no unit's process seen alive since load)"
@@ -155,8 +157,8 @@ def test_legacy_reads_cpuacct(tmp_path):
 
 def test_no_slice_left_is_all_null_with_reasons(tmp_path):
     rec = record(tree(tmp_path, cgroups.UNIFIED))
-    assert all(rec[f] is None for f in usage.FIELDS)
-    assert set(rec["null_reasons"]) == set(usage.FIELDS)
+    assert all(rec[f] is None for f in cgroup_usage.FIELDS)
+    assert set(rec["null_reasons"]) == set(cgroup_usage.FIELDS)
 
 
 KMSG_OOM = (
@@ -169,9 +171,12 @@ KMSG_OOM = (
 
 def test_oom_kill_record_names_the_victims_accounting_slice():
     """/dev/kmsg escapes the backslash of systemd's \\x2d as \\x5c."""
-    assert usage.oom_kill_slice(KMSG_OOM) == "app-sdexec-shell\\x2d0.slice"
-    assert usage.oom_kill_slice(KMSG_OOM.replace("app-sdexec-", "app-other-")) is None
-    assert usage.oom_kill_slice("6,2287,1855756581,-;Memory cgroup out of memory: Killed") is None
+    assert cgroup_usage.oom_kill_slice(KMSG_OOM) == "app-sdexec-shell\\x2d0.slice"
+    assert cgroup_usage.oom_kill_slice(KMSG_OOM.replace("app-sdexec-", "app-other-")) is None
+    assert (
+        cgroup_usage.oom_kill_slice("6,2287,1855756581,-;Memory cgroup out of memory: Killed")
+        is None
+    )
 
 
 def test_kernel_log_counts_kills_per_slice_and_forgets_them_once_taken():
@@ -219,7 +224,7 @@ def test_place_gives_each_start_a_slice_of_its_own(tmp_path):
     acc.place(second, props)
     assert first.accounting_slice != second.accounting_slice
     assert first.accounting_slice.startswith("app-sdexec-shell\\x2d0\\x2dfA1:tb_")
-    assert usage.is_accounting_slice(first.accounting_slice)
+    assert cgroup_usage.is_accounting_slice(first.accounting_slice)
     client = proc(opts={"SDEXEC_PROP_Slice": "x.slice"})
     assert acc.place(client, props) == props and client.accounting_slice is None
 

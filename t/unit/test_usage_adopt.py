@@ -15,9 +15,9 @@ import types
 
 from test_usage import CPU_STAT, PARENT, SLICE, UNIT, tree
 
-from flux_sdexec.adapters.usage import Accounting
+from flux_sdexec.broker.accounting import Accounting
 from flux_sdexec.containment import cgroups
-from flux_sdexec.states import ProcState
+from flux_sdexec.core.states import ProcState
 
 JOB = "fA1"  # the job id in UNIT (shell-0-fA1)
 STARTED, EXITED = 1000.0, 1012.5  # ExecMainStartTimestamp, ExecMainExitTimestamp (s)

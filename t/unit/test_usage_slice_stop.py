@@ -8,10 +8,10 @@ import types
 import pytest
 from test_usage import SLICE, UNIT, tree
 
-from flux_sdexec.adapters.usage import Accounting
+from flux_sdexec.broker.accounting import Accounting
 from flux_sdexec.containment import cgroups
-from flux_sdexec.errors import UnitError
-from flux_sdexec.states import ProcState
+from flux_sdexec.core.errors import UnitError
+from flux_sdexec.core.states import ProcState
 
 
 class Stops:
