@@ -1,5 +1,6 @@
 """The ``[systemd]`` keys sdexec reads, validated. Pure: stdlib and the core only."""
 
+import dataclasses
 import errno
 import re
 
@@ -36,6 +37,15 @@ FLUX_CORE_KEYS = (
     "exec.sdexec-stop-timer-sec",
     "exec.sdexec-stop-timer-signal",
 )
+
+
+@dataclasses.dataclass
+class Settings:
+    """What ``config-reload`` changes in place, read by the parts that use it."""
+
+    debug: bool = False  # [systemd] sdexec-debug
+    unload_policy: str = handoff.KEEP_WAITABLE  # [systemd] sdexec-unload
+    restart_grace: float = handoff.DEFAULT_RESTART_GRACE  # [sdexec] restart-grace
 
 
 def _systemd_table(conf):

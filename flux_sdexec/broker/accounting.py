@@ -181,7 +181,8 @@ class Accounting:
 
     def _record(self, p, exited_at=None):
         """The record of ``p`` read now; ``exited_at``: when it exited, if before now."""
-        wall = (exited_at or time.time()) - p.started_at if p.started_at else None
+        started = p.unit.started_at
+        wall = (exited_at or time.time()) - started if started else None
         u = p.unit
         name = p.accounting_slice
         read = self._read(f"{self.parent}/{name}")

@@ -35,11 +35,26 @@ from flux_sdexec.core.events import (
 
 class ActionRunner:
     """Args:
-    svc: the SdexecService (its responder, bridge, watchers, log, debug flag and feed).
+    h: the module's flux handle (resource.drain).
+    log: the module's BrokerLogger.
+    rank: this broker's rank.
+    settings: the service's ``Settings`` (``debug``).
+    responder: a ``messages.Responder``.
+    bridge, bus, calls, sweeper: the systemd adapters the orders go through.
+    watchers: a ``watchers.Watchers`` (the stop and grace timers).
+    containment: the ``ContainmentChecker``.
+    accounting: the ``Accounting`` (a wait's answer waits for the usage record).
+    feed: ``feed(p, input, pump=False)``, the way into the state machine.
     """
 
-    def __init__(self, svc):
-        self.svc = svc
+    def __init__(
+        self, h, log, rank, settings, responder, bridge, bus, calls, sweeper, watchers,
+        containment, accounting, feed,
+    ):  # fmt: skip
+        self._h, self._log, self._rank, self._settings = h, log, rank, settings
+        self._responder, self._bridge, self._bus, self._calls = responder, bridge, bus, calls
+        self._sweeper, self._watchers = sweeper, watchers
+        self._containment, self._accounting, self._feed = containment, accounting, feed
         self._drains = set()  # resource.drain futures not answered yet
         self._dispatch = {
             Respond: self.respond,
@@ -69,29 +84,27 @@ class ActionRunner:
         method(p, action)
 
     def respond(self, p, a):
-        self.svc.responder.respond(p.exec_request.msg, a.payload)
+        self._responder.respond(p.exec_request.msg, a.payload)
 
     def respond_error(self, p, a):
-        self.svc.responder.respond_error(p.exec_request.msg, a.errnum, a.text)
+        self._responder.respond_error(p.exec_request.msg, a.errnum, a.text)
 
     def answer_wait(self, p, a):
         if a.error is not None:
-            self.svc.responder.respond_error(a.waiter.msg, *a.error)
+            self._responder.respond_error(a.waiter.msg, *a.error)
             return
         result = responses.wait_result(a.status, list(a.output))
 
         def send():
             if p.usage is not None:
                 result["usage"] = p.usage  # flux-core's clients read status and output only
-            self.svc.responder.respond(a.waiter.msg, result)
+            self._responder.respond(a.waiter.msg, result)
 
         # an adopted job shell's usage is its job's record, looked up first (broker/accounting.py)
-        self.svc.accounting.after_usage(p, send)
+        self._accounting.after_usage(p, send)
 
     def check_containment(self, p, a):
-        self.svc.feed(
-            p, ContainmentChecked(self.svc.containment.check(a.pid, a.check, p.unit.name))
-        )
+        self._feed(p, ContainmentChecked(self._containment.check(a.pid, a.check, p.unit.name)))
 
     def start_output(self, p, a):
         for channel in p.outputs:
@@ -102,7 +115,7 @@ class ActionRunner:
         for channel in p.outputs:
             if channel.io is not None:
                 channel.io.drain()
-        self.svc.feed(p, OutputDrained())
+        self._feed(p, OutputDrained())
 
     def close_channels(self, p, a):
         for channel in (p.in_, *p.outputs):
@@ -111,29 +124,29 @@ class ActionRunner:
 
     def stop_unit(self, p, a):
         # "replace" cancels a start job still queued, where "fail" is refused
-        self.quietly(p, "stop", self.svc.bridge.stop_unit, p.unit.name, mode="replace")
+        self.quietly(p, "stop", self._bridge.stop_unit, p.unit.name, mode="replace")
 
     def reset_failed_unit(self, p, a):
-        self.quietly(p, "reset-failed", self.svc.bridge.reset_failed_unit, p.unit.name)
+        self.quietly(p, "reset-failed", self._bridge.reset_failed_unit, p.unit.name)
 
     def kill_unit(self, p, a):
         """KillUnit settled as sdexec.kill's (calls.py): one lost to a reconnect goes again."""
-        svc, what = self.svc, f"kill main (signal {a.signum})"
-        if svc.debug:
-            svc.log.debug(f"{what} {p.unit.name}")
-        svc.calls.kill(p.unit.name, a.signum, self._on_reply(p, what))
+        what = f"kill main (signal {a.signum})"
+        if self._settings.debug:
+            self._log.debug(f"{what} {p.unit.name}")
+        self._calls.kill(p.unit.name, a.signum, self._on_reply(p, what))
 
     def arm_timer(self, p, a):
         if p.stop.io is None:
-            p.stop.io = self.svc.watchers.timer(
-                a.seconds, lambda: self.svc.feed(p, StopTimerExpired(), pump=True), p.unit.name
+            p.stop.io = self._watchers.timer(
+                a.seconds, lambda: self._feed(p, StopTimerExpired(), pump=True), p.unit.name
             )
         p.stop.io.reset(after=a.seconds)
 
     def arm_grace(self, p, a):
         if p.grace is None:
-            p.grace = self.svc.watchers.timer(
-                a.seconds, lambda: self.svc.feed(p, GraceExpired(), pump=True), p.unit.name
+            p.grace = self._watchers.timer(
+                a.seconds, lambda: self._feed(p, GraceExpired(), pump=True), p.unit.name
             )
         p.grace.stop()  # it may be running (a grace becoming a hold): libev re-arms only stopped
         p.grace.reset(after=a.seconds)
@@ -143,30 +156,28 @@ class ActionRunner:
             p.stop.io.stop()
 
     def log(self, p, a):
-        self.svc.log(a.level, a.text)
+        self._log(a.level, a.text)
 
     def drain_rank(self, p, a):
         """resource.drain of this rank on rank 0, as job-exec drains ranks; a failure is
         logged."""
-        svc = self.svc
-        payload = {"targets": str(svc.rank), "reason": a.reason, "mode": "update"}
-        svc.log.error(f"draining rank {svc.rank}: {a.reason}")
+        payload = {"targets": str(self._rank), "reason": a.reason, "mode": "update"}
+        self._log.error(f"draining rank {self._rank}: {a.reason}")
 
         def answered(future):
             self._drains.discard(future)
             try:
                 future.get()
             except OSError as exc:
-                svc.log.error(f"resource.drain of rank {svc.rank}: {exc.strerror or exc}")
+                self._log.error(f"resource.drain of rank {self._rank}: {exc.strerror or exc}")
 
-        future = svc.h.rpc("resource.drain", payload, 0)
+        future = self._h.rpc("resource.drain", payload, 0)
         self._drains.add(future)  # referenced until answered
-        future.then(svc.watchers.guard(answered, "resource.drain"))
+        future.then(self._watchers.guard(answered, "resource.drain"))
 
     def reap(self, p, a):
         """Release the unit watch, the timers and the channels."""
-        self.svc.bridge.unwatch(p.unit.name)
-        p.watching = False
+        self._bridge.unwatch(p.unit.name)
         if p.stop.io is not None:
             p.stop.io.stop()
             p.stop.io.destroy()
@@ -180,29 +191,27 @@ class ActionRunner:
     def quietly(self, p, what, call, *args, **kwargs):
         """Send a call that makes systemd forget ``p``'s unit without waiting: one refused,
         lost or not answered hands the unit to the sweeper (sweeper.py), which logs it."""
-        svc = self.svc
-        if svc.debug:
-            svc.log.debug(f"{what} {p.unit.name}")
+        if self._settings.debug:
+            self._log.debug(f"{what} {p.unit.name}")
         on_reply = self._on_reply(p, what, sweep=True)
         try:
-            call(*args, on_reply=on_reply, timeout=svc.calls.deadline, **kwargs)
+            call(*args, on_reply=on_reply, timeout=self._calls.deadline(), **kwargs)
         except UnitError as exc:
             on_reply(exc)
-        svc.bus.sent()
+        self._bus.sent()
 
     def _on_reply(self, p, what, sweep=False):
         """The reply handler of a call for ``p``: its error is logged, at debug level when
         the unit is gone, has nothing to act on, or the module unloads (which stops it)."""
-        svc = self.svc
 
         def on_reply(exc):
             if exc is not None:
                 quiet = p.unit.gone or exc.errno in (errno.ENOENT, errno.ESRCH, errno.ENOSYS)
                 if quiet:
-                    svc.log.debug(f"{what} {p.unit.name}: {exc}")
+                    self._log.debug(f"{what} {p.unit.name}: {exc}")
                 elif sweep:  # the sweeper logs it, and sees the unit gone
-                    svc.sweeper.sweep(p.unit.name, f"{what}: {exc}")
+                    self._sweeper.sweep(p.unit.name, f"{what}: {exc}")
                 else:
-                    svc.log.error(f"{what} {p.unit.name}: {exc}")
+                    self._log.error(f"{what} {p.unit.name}: {exc}")
 
         return on_reply

@@ -1,16 +1,14 @@
-"""What ``sdexec.stats-get`` and ``sdexec.units`` answer: one SdexecService seen from outside.
+"""What ``sdexec.stats-get`` and ``sdexec.units`` answer: one sdexec seen from outside.
 
-``flux sdexec status`` reads the stats of every rank, ``flux sdexec units`` the units.
-Only reads the service. The one systemd call, ListUnitsByPatterns for the untracked units
-(``all``), goes without waiting on the module's bus (``UnitListings``), with the per-call
-deadline of every call there: the request is answered from its reply, so a stalled systemd
-delays that answer only, never the reactor (output, other answers, stop timers).
-"""
+``flux sdexec status`` reads the stats of every rank (the service puts them together from
+the parts, ``procs_stats`` here), ``flux sdexec units`` the units (``UnitListings``). The
+one systemd call, ListUnitsByPatterns for the untracked units (``all``), goes without
+waiting on the module's bus, with the per-call deadline of every call there: the request is
+answered from its reply, so a stalled systemd delays that answer only, never the reactor
+(output, other answers, stop timers)."""
 
 import errno
 import itertools
-
-from flux_sdexec import __version__
 
 from flux_sdexec.core import orphans
 from flux_sdexec.core.states import ProcState
@@ -36,11 +34,10 @@ def tracked_counts(procs):
     return counts
 
 
-def stats(svc):
-    """``sdexec.stats-get``: flux-core's per-unit ``procs`` plus our module's own facts."""
-    procs = {}
-    for p in svc.registry:
-        procs[p.unit.name] = {
+def procs_stats(registry):
+    """flux-core's ``procs`` of ``sdexec.stats-get``: each unit's state, pid and channels."""
+    return {
+        p.unit.name: {
             "state": p.unit.state,
             "pid": p.pid,
             **{
@@ -48,92 +45,85 @@ def stats(svc):
                 for key, c in zip(("in", "out", "err"), (p.in_, p.out, p.err))
             },
         }
-    return {
-        "procs": procs,
-        "version": __version__,
-        "module": svc.module_file,
-        "systemd": systemd_link(svc.bridge.via),
-        "reconnects": svc.bus.reconnects,
-        "signals": svc.bridge.signals.stats(),
-        "tracked": tracked_counts(svc.registry),
-        "adopted": svc.adopted,
-        "containment": svc.containment.stats(),
-        "systemd-timeout": svc.calls.budget,
-        "sweeping": svc.sweeper.units(),
-        "orphan-checks": svc.orphans.checks,
-        "orphans-stopped": svc.orphans.stopped,
+        for p in registry
     }
 
 
-def proc_entry(p):
-    """One tracked process of ``sdexec.units``."""
+def proc_entry(p, job_seen):
+    """One tracked process of ``sdexec.units`` (``job_seen``: what the last query of its
+    job said, OrphanWatch.job_seen)."""
     return {
         "unit": p.unit.name,
         "label": p.cmd.label,
         "state": p.state.value,
         "unit_state": p.unit.state,
         "pid": p.pid,
-        "started": p.started_at,
+        "started": p.unit.started_at,
         "background": p.cmd.background,
         "adopted": p.exec_request is None,
         "orphan": p.orphan,
-        "job": p.job_seen if orphans.suspect(p) else None,  # only while nobody waits on it
+        "job": job_seen if orphans.suspect(p) else None,  # only while nobody waits on it
     }
-
-
-def units(svc, listed=None):
-    """``sdexec.units``: the tracked processes; given ``listed`` (the instance's units
-    systemd holds, as (name, ActiveState, SubState)), also this rank's among them that
-    sdexec does not track (leftovers)."""
-    answer = {"rank": svc.rank, "procs": [proc_entry(p) for p in svc.registry]}
-    if listed is not None:
-        answer["untracked"] = []
-        for unit, active, sub in listed:
-            ours, label = svc.namer.parse(unit)
-            if ours and svc.registry.by_unit(unit) is None:
-                entry = {"unit": unit, "label": label, "unit_state": f"{active}.{sub}"}
-                answer["untracked"].append(entry)
-    return answer
 
 
 class UnitListings:
     """``sdexec.units`` requests, those with ``all`` answered from their listing's reply.
 
     Args:
-        svc: the SdexecService (rank, registry, namer, bridge, bus, calls, responder).
+        rank: this broker's rank.
+        registry: the ``Registry`` of SdProcs.
+        namer: the ``naming.UnitNamer`` (this rank's unit names).
+        job_seen: ``job_seen(unit)``, OrphanWatch's last word on a suspect's job.
+        bridge, bus, calls: the listing's call, its deadline timer, its deadline.
+        responder: a ``messages.Responder``.
     """
 
-    def __init__(self, svc):
-        self.svc = svc
+    def __init__(self, rank, registry, namer, job_seen, bridge, bus, calls, responder):
+        self._rank, self._registry, self._namer, self._job_seen = rank, registry, namer, job_seen
+        self._bridge, self._bus, self._calls, self._responder = bridge, bus, calls, responder
         self._out = {}  # listing number -> request, until answered
         self._numbers = itertools.count()
+
+    def units(self, listed=None):
+        """``sdexec.units``: the tracked processes; given ``listed`` (the instance's units
+        systemd holds, as (name, ActiveState, SubState)), also this rank's among them that
+        sdexec does not track (leftovers)."""
+        procs = [proc_entry(p, self._job_seen(p.unit.name)) for p in self._registry]
+        answer = {"rank": self._rank, "procs": procs}
+        if listed is not None:
+            answer["untracked"] = []
+            for unit, active, sub in listed:
+                ours, label = self._namer.parse(unit)
+                if ours and self._registry.by_unit(unit) is None:
+                    entry = {"unit": unit, "label": label, "unit_state": f"{active}.{sub}"}
+                    answer["untracked"].append(entry)
+        return answer
 
     def answer(self, msg, untracked):
         """Answer ``msg``: at once without ``untracked``, else once the listing replies.
         Raises UnitError when the listing cannot be sent (the caller answers that)."""
-        svc = self.svc
         if not untracked:
-            svc.responder.respond(msg, units(svc))
+            self._responder.respond(msg, self.units())
             return
-        number, deadline = next(self._numbers), svc.calls.deadline
+        number, deadline = next(self._numbers), self._calls.deadline()
 
         def on_reply(exc, listed=None):
             if self._out.pop(number, None) is None:
                 return  # answered at unload
             if exc is None:
-                svc.responder.respond(msg, units(svc, listed))
+                self._responder.respond(msg, self.units(listed))
                 return
             why = f"systemd did not answer within {deadline:g}s"
             why = why if exc.errno == errno.ETIMEDOUT else (exc.strerror or str(exc))
-            svc.responder.respond_error(msg, exc.errno, f"{LISTING}: {why}")
+            self._responder.respond_error(msg, exc.errno, f"{LISTING}: {why}")
 
-        svc.bridge.list_units([svc.namer.glob], on_reply=on_reply, timeout=deadline)
+        self._bridge.list_units([self._namer.glob], on_reply=on_reply, timeout=deadline)
         self._out[number] = msg
-        svc.bus.sent()  # arms the deadline timer of the calls in flight
+        self._bus.sent()  # arms the deadline timer of the calls in flight
 
-    def close(self, errnum, text):
+    def cancel_all(self, errnum, text):
         """Answer every listing still out with ``errnum`` (unload: the connection closes
         with its calls unanswered)."""
         out, self._out = self._out, {}
         for msg in out.values():
-            self.svc.responder.respond_error(msg, errnum, text)
+            self._responder.respond_error(msg, errnum, text)

@@ -19,16 +19,22 @@ BUSY_DELAY = 1.0
 
 
 class OrphanWatch:
-    """The suspect shells of one SdexecService ``svc`` and their job queries.
+    """The suspect shells of one sdexec and their job queries.
 
     Args:
-        svc: the SdexecService (its handle, log, watchers, registry and feed).
+        h: the module's flux handle (the queries).
+        log: the module's BrokerLogger.
+        watchers: a ``watchers.Watchers`` (the check timers).
+        registry: the ``Registry`` of SdProcs.
+        feed: ``feed(p, input, pump=False)``, the way into the state machine.
         interval: the longest wait between two checks of one suspect (seconds).
     """
 
-    def __init__(self, svc, interval=orphans.DEFAULT_INTERVAL):
-        self.svc = svc
+    def __init__(self, h, log, watchers, registry, feed, interval=orphans.DEFAULT_INTERVAL):
+        self._h, self._log, self._watchers = h, log, watchers
+        self._registry, self._feed = registry, feed
         self.interval = interval
+        self._seen = {}  # unit -> what the last query of its job said (sdexec.units)
         self._timers = {}  # unit -> its timer watcher, while a check is due
         self._attempts = {}  # unit -> checks made so far
         self._in_flight = {}  # future -> unit
@@ -44,8 +50,13 @@ class OrphanWatch:
             self._attempts[unit] = 0
             self._arm(unit, orphans.check_delay(0, self.interval))
 
+    def job_seen(self, unit):
+        """What the last query of ``unit``'s job said, None before any (or once it is no
+        suspect any more)."""
+        return self._seen.get(unit)
+
     def _arm(self, unit, delay):
-        timer = self.svc.watchers.timer(delay, lambda: self._due(unit), "orphan check")
+        timer = self._watchers.timer(delay, lambda: self._due(unit), "orphan check")
         self._timers[unit] = timer
         timer.start()
 
@@ -55,14 +66,14 @@ class OrphanWatch:
             timer.stop()
             timer.destroy()
         self._attempts.pop(unit, None)
+        self._seen.pop(unit, None)
 
     def _due(self, unit):
         timer = self._timers.pop(unit)
         timer.destroy()
-        p = self.svc.registry.by_unit(unit)
+        p = self._registry.by_unit(unit)
         if p is None or not orphans.suspect(p):
-            if p is not None:
-                p.job_seen = None
+            self._seen.pop(unit, None)
             self._attempts.pop(unit, None)
             return
         if len(self._in_flight) >= MAX_IN_FLIGHT:
@@ -70,17 +81,18 @@ class OrphanWatch:
             return
         jobid = orphans.shell_job(p)
         payload = {"id": orphans.job_number(jobid), "attrs": ["state"]}
-        future = self.svc.h.rpc(TOPIC, payload, 0)
+        future = self._h.rpc(TOPIC, payload, 0)
         self.checks += 1
         self._in_flight[future] = unit
         what = f"{TOPIC} of {jobid}"
-        future.then(self.svc.watchers.guard(self._answered, what), timeout=QUERY_TIMEOUT)
+        future.then(self._watchers.guard(self._answered, what), timeout=QUERY_TIMEOUT)
 
     def _answered(self, future):
         unit = self._in_flight.pop(future, None)
-        p = self.svc.registry.by_unit(unit) if unit is not None else None
+        p = self._registry.by_unit(unit) if unit is not None else None
         if p is None:
             self._attempts.pop(unit, None)
+            self._seen.pop(unit, None)
             return
         jobid = orphans.shell_job(p)
         try:
@@ -92,13 +104,14 @@ class OrphanWatch:
             action, why = orphans.RETRY, f"job {jobid}: bad {TOPIC} answer ({exc!r})"
         if action == orphans.STOP:
             self._attempts.pop(unit, None)
+            self._seen.pop(unit, None)
             if p.orphan is None:
                 self.stopped += 1
-                self.svc.feed(p, JobGone(why), pump=True)
+                self._feed(p, JobGone(why), pump=True)
             return
-        if action == orphans.RETRY and why != p.job_seen:  # once per kind of failure
-            self.svc.log.warning(f"{p.logname}: {why}")
-        p.job_seen = why
+        if action == orphans.RETRY and why != self._seen.get(unit):  # once per kind of failure
+            self._log.warning(f"{p.logname}: {why}")
+        self._seen[unit] = why
         attempt = self._attempts.get(unit, 0) + 1
         self._attempts[unit] = attempt
         self._arm(unit, orphans.check_delay(attempt, self.interval))

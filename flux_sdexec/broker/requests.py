@@ -11,7 +11,6 @@ import time
 
 from flux_sdexec.core import properties, protocol, responses, settle
 from flux_sdexec.containment import enforcement
-from flux_sdexec.broker import introspect
 from flux_sdexec.broker.channels import InputChannel, OutputChannel
 from flux_sdexec.broker.messages import (
     Request,
@@ -40,55 +39,77 @@ from flux_sdexec.core.states import ProcState
 
 
 class Requests:
-    """The request handlers of one SdexecService ``svc``."""
+    """The request handlers of one sdexec.
 
-    def __init__(self, svc):
-        self.svc = svc
+    Args (by keyword; the service wires them):
+        log, rank, local_uri, namer: the module's logger, rank, FLUX_URI of every unit and
+            ``naming.UnitNamer``.
+        settings: the service's ``Settings`` (``debug``).
+        registry: the ``Registry`` of SdProcs; feed: ``feed(p, input)`` into the machine.
+        responder: a ``messages.Responder``; watchers: a ``watchers.Watchers``.
+        bridge, bus, calls, sweeper, keepers: the systemd adapters a start and a kill use.
+        releases, after_release: a start of a name still being let go waits (after_release).
+        lookups: the mapper lookups; listings: ``introspect.UnitListings``.
+        orphans: the ``OrphanWatch``; accounting: the ``Accounting`` (a start's slice).
+        stats: ``stats()``, the answer of ``sdexec.stats-get``.
+    """
+
+    def __init__(
+        self, *, log, rank, settings, local_uri, namer, registry, feed, responder, bridge, bus,
+        calls, sweeper, watchers, keepers, releases, after_release, lookups, listings, orphans,
+        accounting, stats,
+    ):  # fmt: skip
+        self._log, self._rank, self._settings = log, rank, settings
+        self._local_uri, self._namer, self._registry, self._feed = local_uri, namer, registry, feed
+        self._responder, self._bridge, self._bus, self._calls = responder, bridge, bus, calls
+        self._sweeper, self._watchers, self._keepers = sweeper, watchers, keepers
+        self._releases, self._after_release, self._lookups = releases, after_release, lookups
+        self._listings, self._orphans, self._accounting = listings, orphans, accounting
+        self._stats = stats
         self.holds_started = False  # a collecting client came since load (waits.py)
 
     def exec(self, msg):
         """``sdexec.exec``: validate, map resources if asked, then start the unit."""
         req = protocol.parse_exec(payload_of(msg, "exec"), is_streaming(msg))
         if req.r_local is not None:
-            self.svc.lookups.lookup(msg, req, self._start)
+            self._lookups.lookup(msg, req, self._start)
         else:
             self._start(msg, req)
 
     def _start(self, msg, req):
         """Name and start the unit; responses follow from signals. Returns the unit name."""
-        svc = self.svc
         if req.label:
             self._take_label(req.label)
-        unit = svc.namer.name(req.label, req.opts.get("SDEXEC_NAME"))
-        old = svc.registry.by_unit(unit)
+        unit = self._namer.name(req.label, req.opts.get("SDEXEC_NAME"))
+        old = self._registry.by_unit(unit)
         if old is not None and old.label_free:  # a wait gave its status: it goes
-            svc.feed(old, LabelReused())
-        elif old is not None or svc.after_release.has(unit=unit):
+            self._feed(old, LabelReused())
+        elif old is not None or self._after_release.has(unit=unit):
             raise RequestError(errno.EEXIST, f"unit {unit} is already in use")
         # the old unit is still loaded, or its hold or keeper not released yet (releases)
-        if svc.registry.by_unit(unit) is not None or svc.releases.pending(unit):
-            svc.after_release.wait(unit, msg, req.label, lambda m: self._start(m, req))
+        if self._registry.by_unit(unit) is not None or self._releases.pending(unit):
+            self._after_release.wait(unit, msg, req.label, lambda m: self._start(m, req))
             return unit
-        if unit in svc.sweeper:
+        if unit in self._sweeper:
             raise RequestError(errno.EEXIST, f"unit {unit} is still being stopped")
-        check = enforcement.post_start_check(req, svc.debug)
+        check = enforcement.post_start_check(req, self._settings.debug)
         req = dataclasses.replace(req, post_start_check=check)
         p = SdProc(Request(msg), req, unit)
         try:
             channels = self._open_channels(p)
-            environment = protocol.unit_environment(req.env, svc.local_uri)
+            environment = protocol.unit_environment(req.env, self._local_uri)
             fds = {c.name: c.io.remote_fd() for c in channels}
             props = properties.start_properties(req.cmdline, req.cwd, environment, fds, req.opts)
-            props, aux = svc.accounting.place(p, props), []
-            if svc.bridge.signals.over_bus:  # a bus loss would lose its end (keepers.py)
-                props, aux, p.keeper = keepers.with_keeper(unit, props)
-            svc.registry.add(p)
-            p.started_at = time.time()
-            svc.bridge.watch(unit)
-            p.watching = True
-            if svc.debug:
-                svc.log.debug(f"start {unit}")
-            svc.calls.start(
+            props, aux = self._accounting.place(p, props), []
+            if self._bridge.signals.over_bus:  # a bus loss would lose its end (keepers.py)
+                props, aux, keeper = keepers.with_keeper(unit, props)
+                self._keepers.record(unit, keeper)
+            self._registry.add(p)
+            p.unit.started_at = time.time()
+            self._bridge.watch(unit)
+            if self._settings.debug:
+                self._log.debug(f"start {unit}")
+            self._calls.start(
                 unit,
                 props,
                 lambda e: self._start_replied(p, e),
@@ -97,61 +118,71 @@ class Requests:
             )
             p.start_sent = True
         except BaseException:
-            svc.calls.started(unit)  # its budget timer goes too
-            svc.bridge.unwatch(unit)
-            svc.registry.remove(p)
+            self._calls.started(unit)  # its budget timer goes too
+            self._bridge.unwatch(unit)
+            self._keepers.forget(unit)
+            self._registry.remove(p)
             for channel in (p.in_, *p.outputs):
                 if channel.io is not None:
                     channel.io.close()
             raise
         return unit
 
+    def _find(self, pid, label, verb):
+        """The visible process with ``label`` (else ``pid``), or RequestError(ESRCH)."""
+        p = self._registry.find(pid, label)
+        if p is None:
+            target = f"label={label}" if label is not None else f"pid={pid}"
+            raise RequestError(errno.ESRCH, f"{verb} {target} not found")
+        return p
+
     def _take_label(self, label):
         """EEXIST if a live process, or a record no wait has collected, has ``label``; a
         record whose status a wait already gave lets it go (waits.py: label_reused)."""
-        holder = self.svc.registry.find(-1, label)
+        holder = self._registry.find(-1, label)
         if holder is not None and holder.label_free:
-            self.svc.feed(holder, LabelReused())
-        elif holder is not None or self.svc.after_release.has(label=label):
+            self._feed(holder, LabelReused())
+        elif holder is not None or self._after_release.has(label=label):
             raise RequestError(errno.EEXIST, "command label is not unique")
 
     def _start_replied(self, p, error):
         """StartTransientUnit settled (calls.py): systemd took it, or refused it, or the
         budget ran out or the module unloads before it settled (the unit may still appear:
         the sweeper sees it gone)."""
-        svc = self.svc
         if error is None:
             for channel in (p.in_, *p.outputs):
                 if channel.io is not None:
                     channel.io.release_remote()  # kept until now for a repeat of the start
             return
         if error.errno in (errno.ETIMEDOUT, errno.ENOSYS):  # out of budget, or unloading
-            svc.sweeper.sweep(p.unit.name, f"exec failed: {error.strerror}")
+            self._sweeper.sweep(p.unit.name, f"exec failed: {error.strerror}")
         code = errno.EINVAL if error.errno == errno.EROFS else error.errno  # unknown property
-        svc.feed(p, StartFailed(code, error.strerror))
+        self._feed(p, StartFailed(code, error.strerror))
 
     def _start_late(self, p, budget, waited):
         """systemd took the start but the budget ran out before the process ran."""
         if p.state is ProcState.STARTING:
             text = settle.budget_text(budget, waited, p.unit.state, p.unit.left_inactive)
-            self.svc.sweeper.sweep(p.unit.name, f"exec failed: {text}")
-            self.svc.feed(p, StartFailed(errno.ETIMEDOUT, text))
+            self._sweeper.sweep(p.unit.name, f"exec failed: {text}")
+            self._feed(p, StartFailed(errno.ETIMEDOUT, text))
 
     def _open_channels(self, p):
         """The socketpairs of the channels ``p`` uses, attached to its Channels."""
-        svc, req = self.svc, p.cmd
+        req = p.cmd
         if p.in_.used:
-            p.in_.io = InputChannel(svc.watchers, svc.log, p.logname)
+            p.in_.io = InputChannel(self._watchers, self._log, p.logname)
         for channel in p.outputs:
             if channel.used:
                 flow = Flow()
                 channel.io = OutputChannel(
-                    svc.watchers,
+                    self._watchers,
                     channel.name,
                     OutputBuffer(req.line_buffer[channel.name], req.bufsize[channel.name]),
-                    output_sink(svc.responder, p, channel.name, str(svc.rank), svc.feed, flow),
-                    lambda s, p=p: svc.feed(p, OutputClosed(s)),
-                    svc.log,
+                    output_sink(
+                        self._responder, p, channel.name, str(self._rank), self._feed, flow
+                    ),
+                    lambda s, p=p: self._feed(p, OutputClosed(s)),
+                    self._log,
                     flow,
                 )
         return [c for c in (p.in_, *p.outputs) if c.io is not None]
@@ -162,14 +193,13 @@ class Requests:
         A write to a process that is gone is logged at debug level: the ordinary race of
         ``flux exec`` forwarding stdin EOF after a fast command, not a fault of the service.
         """
-        svc = self.svc
         try:
             if not is_noresponse(msg):
                 raise RequestError(errno.EPROTO, "write request is missing NORESPONSE flag")
             matchtag, data, eof = protocol.parse_write(payload_of(msg, "write"))
-            p = svc.registry.by_request(sender_of(msg), matchtag)
+            p = self._registry.by_request(sender_of(msg), matchtag)
             if p is None:
-                svc.log.debug("sdexec.write: subprocess no longer exists")
+                self._log.debug("sdexec.write: subprocess no longer exists")
                 return
             if p.in_.io is None:
                 raise RequestError(
@@ -177,36 +207,35 @@ class Requests:
                 )
             p.in_.io.write(data, eof)
         except OSError as exc:
-            svc.log.error(str(exc))
+            self._log.error(str(exc))
         except Exception as exc:
-            svc.log.error(f"write: {exc!r}")
+            self._log.error(f"write: {exc!r}")
 
     def kill(self, msg):
         """``sdexec.kill``: KillUnit(main, signum) on a tracked process."""
-        svc = self.svc
         pid, label, signum = protocol.parse_kill(payload_of(msg, "kill"))
-        p = svc.find(pid, label, "kill")
-        if svc.debug:
-            svc.log.debug(f"kill main {p.unit.name} (signal {signum})")
-        svc.calls.kill(p.unit.name, signum, lambda e: self._killed(msg, e))
+        p = self._find(pid, label, "kill")
+        if self._settings.debug:
+            self._log.debug(f"kill main {p.unit.name} (signal {signum})")
+        self._calls.kill(p.unit.name, signum, lambda e: self._killed(msg, e))
 
     def _killed(self, msg, error):
         if error is None:
-            self.svc.responder.respond(msg)
+            self._responder.respond(msg)
         else:
-            self.svc.responder.respond_error(msg, error.errno, error.strerror)
+            self._responder.respond_error(msg, error.errno, error.strerror)
 
     def wait(self, msg):
         """``sdexec.wait``: a waitable process's status, now or when it ends. The first one
         since load starts the hold of adopted records (waits.py)."""
         self.start_holds("a client waits")
         pid, label = protocol.parse_target(payload_of(msg, "wait"), "wait")
-        p = self.svc.find(pid, label, "wait")
+        p = self._find(pid, label, "wait")
         if not p.cmd.waitable:
             raise RequestError(errno.EINVAL, "process is not waitable")
         if p.waiter is not None:
             raise RequestError(errno.EINVAL, "process is already being waited on")
-        self.svc.feed(p, WaitRequested(Request(msg)))
+        self._feed(p, WaitRequested(Request(msg)))
 
     def start_holds(self, why):
         """The first time a collecting client is there (the first wait, or the upgrade's
@@ -214,43 +243,43 @@ class Requests:
         if self.holds_started:
             return
         self.holds_started = True
-        for p in self.svc.registry:
+        for p in self._registry:
             if p.adopted:
-                self.svc.feed(p, HoldsStart(why))
-        self.svc.bus.pump()
+                self._feed(p, HoldsStart(why))
+        self._bus.pump()
 
     def list(self, msg):
         """``sdexec.list``: every tracked process, in start order."""
         procs = [
             responses.list_entry(p.pid, p.cmd.cmdline[0], p.cmd.label, p.finished)
-            for p in self.svc.registry
+            for p in self._registry
             if p.visible
         ]
-        self.svc.responder.respond(msg, {"rank": self.svc.rank, "procs": procs})
+        self._responder.respond(msg, {"rank": self._rank, "procs": procs})
 
     def stats(self, msg):
         """``sdexec.stats-get``: per-unit state and channel fds, and the module's own facts."""
-        self.svc.responder.respond(msg, introspect.stats(self.svc))
+        self._responder.respond(msg, self._stats())
 
     def units(self, msg):
         """``sdexec.units``: the tracked processes (and, asked for, the untracked units)."""
         untracked = protocol.parse_units(payload_of(msg, "units"))
-        self.svc.listings.answer(msg, untracked)  # with all: from the listing's reply
+        self._listings.answer(msg, untracked)  # with all: from the listing's reply
 
     def disconnect(self, msg):
         """RFC 6 disconnect: tell the client's processes, the ones it waits on, and the
         ones whose status it was just answered (it may have left with it unread); a job
         shell left with no waiter becomes a suspect orphan (orphans.py)."""
         sender = sender_of(msg)
-        registry = self.svc.registry
-        self.svc.lookups.cancel(sender)
-        self.svc.after_release.cancel(sender)
+        registry = self._registry
+        self._lookups.cancel(sender)
+        self._after_release.cancel(sender)
         for p in registry.by_sender(sender):
             if p.exec_request is not None and p.exec_request.sender == sender:
-                self.svc.feed(p, ClientGone())
+                self._feed(p, ClientGone())
             if p.waiter is not None and p.waiter.sender == sender:
-                self.svc.feed(p, WaiterGone())
+                self._feed(p, WaiterGone())
             if p.answered_to is not None and p.answered_to.sender == sender:
-                self.svc.feed(p, AnswerMaybeLost(registry.label_taken(p)))
-            self.svc.orphans.consider(p)  # a job shell nobody waits on: is its job over?
-        self.svc.bus.pump()
+                self._feed(p, AnswerMaybeLost(registry.label_taken(p)))
+            self._orphans.consider(p)  # a job shell nobody waits on: is its job over?
+        self._bus.pump()

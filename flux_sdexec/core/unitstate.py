@@ -62,6 +62,7 @@ class Unit:
         "left_inactive",
         "was_active",
         "activity_unknown",
+        "started_at",
     )
 
     def __init__(self, name):
@@ -76,13 +77,15 @@ class Unit:
         self.was_active = False  # it was active (Type=notify: READY=1 came), latched
         # signals were lost (a reconnect, an adoption) and no read said whether it was active
         self.activity_unknown = False
+        # when its start was sent (epoch s), or systemd's ExecMainStartTimestamp once adopted
+        self.started_at = None
 
     def copy(self):
         c = Unit.__new__(Unit)  # once per signal: spelled out, no loop over __slots__
         c.name, c.active_state, c.sub_state = self.name, self.active_state, self.sub_state
         c.pid, c.code, c.status, c.result = self.pid, self.code, self.status, self.result
         c.left_inactive, c.was_active = self.left_inactive, self.was_active
-        c.activity_unknown = self.activity_unknown
+        c.activity_unknown, c.started_at = self.activity_unknown, self.started_at
         return c
 
     def update(self, props, reread=False):

@@ -30,7 +30,6 @@ from flux.brokermod import BrokerModule, event_handler, request_handler  # noqa:
 from flux_sdexec import config  # noqa: E402
 from flux_sdexec.core import naming  # noqa: E402
 from flux_sdexec.broker.brokerstate import broker_state  # noqa: E402
-from flux_sdexec.broker.requests import Requests  # noqa: E402
 from flux_sdexec.broker.service import SdexecService  # noqa: E402
 from flux_sdexec.broker.watchers import guarded  # noqa: E402
 
@@ -75,7 +74,7 @@ class SdexecModule(BrokerModule):
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
             raise
-        self.requests = Requests(self.service)
+        self.requests = self.service.requests
         self.log.info(f"units named <label>:{namer.instance}.service (glob {namer.glob})")
         self.log.info(f"systemd reached through {self.service.bridge.via}")
         # the broker SIGTERMs a module still loaded at exit: unload cleanly then too
@@ -164,9 +163,9 @@ class SdexecModule(BrokerModule):
         budget = config.systemd_timeout(conf)  # every key is checked before any is applied
         interval = config.orphan_check_interval(conf)
         grace = config.restart_grace(conf)
-        self.service.debug, self.service.unload_policy = debug, policy
+        settings = self.service.settings
+        settings.debug, settings.unload_policy, settings.restart_grace = debug, policy, grace
         self.service.containment.configure(check, required)  # the host's set read again
         self.service.calls.budget = budget
         self.service.orphans.interval = interval
-        self.service.restart_grace = grace
         self.handle.respond(msg)

@@ -35,9 +35,9 @@ class _Driver:
         calls = self.calls
         try:
             if order == settle.SEND:
-                self._send(self._replied, calls.deadline)
+                self._send(self._replied, calls.deadline())
             elif order == settle.LOOKUP:
-                calls.bridge.get_unit(self.unit, on_reply=self._looked_up, timeout=calls.deadline)
+                calls.bridge.get_unit(self.unit, on_reply=self._looked_up, timeout=calls.deadline())
             elif order == settle.AWAIT_RECONNECT:
                 calls.waiting.add(self)
             else:
@@ -61,7 +61,7 @@ class _Driver:
             return
         order = self.call.replied(*((None,) if exc is None else (exc.errno, exc.strerror)))
         if order == settle.LOOKUP:
-            what = f"no reply to {self.call.member} within {self.calls.deadline:g}s"
+            what = f"no reply to {self.call.member} within {self.calls.deadline():g}s"
             self.calls.log.warning(f"{self.unit}: {what}, looking the unit up")
         self._order(order)
 
@@ -126,7 +126,6 @@ class Calls:
         self.live = set()  # drivers with a budget timer
         self._starts = {}  # unit -> its start's driver, until started()
 
-    @property
     def deadline(self):
         """How long one attempt waits for its reply (settle.call_deadline)."""
         return settle.call_deadline(self.budget)

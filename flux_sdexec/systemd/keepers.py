@@ -88,8 +88,22 @@ class Keepers:
         self.log = log
         self._deadline = deadline
         self._on_gone = on_gone
+        self._of = {}  # unit -> its keeper, from its start (or adoption) until its release
         self._stopping = {}  # unit -> [its keeper or None, looks done, looks lost, look timer]
         self._kept = set()  # units the unload hands over with their keepers
+
+    def record(self, unit, keeper):
+        """``unit`` was started (or adopted) with ``keeper`` (None: it has none)."""
+        if keeper is not None:
+            self._of[unit] = keeper
+
+    def forget(self, unit):
+        """``unit``'s record goes: its keeper (None: it has none), to release."""
+        return self._of.pop(unit, None)
+
+    def known(self):
+        """The keepers of the units tracked."""
+        return set(self._of.values())
 
     def stopping(self, unit):
         """``unit``'s keeper is being stopped: systemd may still have the unit loaded."""

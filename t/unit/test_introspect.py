@@ -41,12 +41,11 @@ def test_tracked_counts_every_live_state_counted():
 def test_proc_entry_shows_what_a_suspect_shell_s_job_was_seen_as_only_while_suspect():
     """A job shell nobody waits on: its last job query's answer; waited on again: none; an
     orphan being stopped: its reason."""
-    p = shell()
-    p.job_seen = "job fuMFe9D is RUN"
-    assert introspect.proc_entry(p)["job"] == "job fuMFe9D is RUN"
-    assert introspect.proc_entry(p)["orphan"] is None
+    p, seen = shell(), "job fuMFe9D is RUN"
+    assert introspect.proc_entry(p, seen)["job"] == "job fuMFe9D is RUN"
+    assert introspect.proc_entry(p, seen)["orphan"] is None
     handle(p, WaitRequested("job-exec"))
-    assert introspect.proc_entry(p)["job"] is None
+    assert introspect.proc_entry(p, seen)["job"] is None
     q = shell()
     handle(q, JobGone("job fuMFe9D is inactive"))
-    assert introspect.proc_entry(q)["orphan"] == "job fuMFe9D is inactive"
+    assert introspect.proc_entry(q, None)["orphan"] == "job fuMFe9D is inactive"

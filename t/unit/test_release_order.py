@@ -157,29 +157,25 @@ def test_a_unit_with_nothing_to_release_is_free_at_once():
 
 def test_feed_lets_a_done_record_s_unit_go_through_releases_alone():
     """feed()'s DONE branch hands the unit and its keeper to Releases, the one place that
-    orders the release (holds and keepers have no release() here: called, it would raise)."""
+    orders the release (holds and keepers are never asked directly: asked, they raise)."""
     from helpers import new
+    from rooted import RootBridge, service
 
-    from flux_sdexec.broker.service import SdexecService
     from flux_sdexec.core.events import Unloading
-    from flux_sdexec.core.registry import Registry
     from flux_sdexec.core.states import ProcState
 
+    svc = service(RootBridge())
     p = new(unit=UNIT)
-    p.keeper = KEEPER
+    svc.keepers.record(UNIT, KEEPER)
     released = []
-    svc = types.SimpleNamespace(
-        accounting=types.SimpleNamespace(observe=lambda p: None),
-        runner=types.SimpleNamespace(run=lambda p, action: None),
-        calls=types.SimpleNamespace(started=lambda unit: None),
-        holds=types.SimpleNamespace(),
-        keepers=types.SimpleNamespace(),
-        registry=Registry(),
-        releases=types.SimpleNamespace(release=lambda *args: released.append(args)),
-        log=StubLog(),
-    )
+    svc.releases.release = lambda *args: released.append(args)
+
+    def asked_directly(*args):
+        raise AssertionError("released around Releases")
+
+    svc.holds.release = svc.keepers.release = asked_directly
     svc.registry.add(p)
-    SdexecService.feed(svc, p, Unloading())
+    svc.feed(p, Unloading())
     assert p.state is ProcState.DONE and released == [(UNIT, KEEPER)]
     assert svc.registry.by_unit(UNIT) is None
 

@@ -54,9 +54,9 @@ def record(proc, opts=None, kmsg=""):
     """The adapter's record of a finished UNIT over the tree at ``proc``."""
     acc = Accounting(types.SimpleNamespace(), proc=proc, kmsg=kmsg)
     acc.parent = PARENT
-    unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=0)
+    unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=0, started_at=0)
     p = types.SimpleNamespace(
-        unit=unit, cmd=types.SimpleNamespace(opts=opts or {}), started_at=0, accounting_slice=SLICE
+        unit=unit, cmd=types.SimpleNamespace(opts=opts or {}), accounting_slice=SLICE
     )
     return acc._record(p)
 
@@ -88,10 +88,10 @@ def test_a_unit_whose_slice_name_would_be_too_long_gets_none(tmp_path):
 
 def test_before_any_slice_was_located_every_figure_is_null_with_the_reason(tmp_path):
     acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
-    unit = types.SimpleNamespace(name=UNIT, finished=True, result="signal", wait_status=9)
-    p = types.SimpleNamespace(
-        unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0, accounting_slice=SLICE
+    unit = types.SimpleNamespace(
+        name=UNIT, finished=True, result="signal", wait_status=9, started_at=0
     )
+    p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts={}), accounting_slice=SLICE)
     rec = acc._record(p)
     assert all(rec[f] is None for f in cgroup_usage.FIELDS) and rec["result"] == "signal"
     assert set(rec["null_reasons"].values()) == {
@@ -198,10 +198,8 @@ def test_hybrid_oom_kills_come_from_the_kernel_log(tmp_path):
     proc = tree(tmp_path, cgroups.HYBRID, memory={"memory.max_usage_in_bytes": "52690944\n"})
     acc = Accounting(types.SimpleNamespace(), proc=proc, kmsg=str(tmp_path / "absent"))
     acc.parent = PARENT
-    unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=9)
-    p = types.SimpleNamespace(
-        unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0, accounting_slice=SLICE
-    )
+    unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=9, started_at=0)
+    p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts={}), accounting_slice=SLICE)
     rec = acc._record(p)
     assert rec["oom_kills"] is None and "/dev/kmsg" in rec["null_reasons"]["oom_kills"]
 

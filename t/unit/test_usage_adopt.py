@@ -72,7 +72,13 @@ def adopted(acc, finished=True, adopt=True):
     """A finished job shell as adoption builds it: its pid dead, its slice from systemd
     (``adopt=False``: one this sdexec started, in the same slice)."""
     unit = types.SimpleNamespace(
-        name=UNIT, pid=4242424, finished=finished, gone=finished, result=None, wait_status=0
+        name=UNIT,
+        pid=4242424,
+        finished=finished,
+        gone=finished,
+        result=None,
+        wait_status=0,
+        started_at=STARTED,
     )
     p = types.SimpleNamespace(
         unit=unit,
@@ -83,7 +89,6 @@ def adopted(acc, finished=True, adopt=True):
         reset_sent=False,
         slice_stopped=False,
         accounting_slice=None,
-        started_at=STARTED,
     )
     exit_usec = int(EXITED * 1e6) if finished else 0
     if adopt:
