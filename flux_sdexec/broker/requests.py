@@ -12,7 +12,7 @@ import time
 from flux_sdexec.core import properties, protocol, responses, settle
 from flux_sdexec.containment import enforcement
 from flux_sdexec.broker import introspect
-from flux_sdexec.broker.channels import InputChannel, OutputChannel
+from flux_sdexec.broker.channels import InputChannel
 from flux_sdexec.broker.messages import (
     Request,
     is_noresponse,
@@ -20,21 +20,18 @@ from flux_sdexec.broker.messages import (
     payload_of,
     sender_of,
 )
-from flux_sdexec.broker.outbox import Flow
-from flux_sdexec.broker.sinks import output_sink
+from flux_sdexec.broker.output import OutputReader
 from flux_sdexec.systemd import keepers
 from flux_sdexec.core.errors import RequestError
 from flux_sdexec.core.events import (
     AnswerMaybeLost,
     ClientGone,
-    OutputClosed,
     StartFailed,
     WaitRequested,
     WaiterGone,
     HoldsStart,
     LabelReused,
 )
-from flux_sdexec.core.linebuf import OutputBuffer
 from flux_sdexec.core.sdproc import SdProc
 from flux_sdexec.core.states import ProcState
 
@@ -139,20 +136,19 @@ class Requests:
 
     def _open_channels(self, p):
         """The socketpairs of the channels ``p`` uses, attached to its Channels."""
-        svc, req = self.svc, p.cmd
+        svc = self.svc
         if p.in_.used:
             p.in_.io = InputChannel(svc.watchers, svc.log, p.logname)
         for channel in p.outputs:
             if channel.used:
-                flow = Flow()
-                channel.io = OutputChannel(
+                channel.io = OutputReader(
                     svc.watchers,
-                    channel.name,
-                    OutputBuffer(req.line_buffer[channel.name], req.bufsize[channel.name]),
-                    output_sink(svc.responder, p, channel.name, str(svc.rank), svc.feed, flow),
-                    lambda s, p=p: svc.feed(p, OutputClosed(s)),
                     svc.log,
-                    flow,
+                    p,
+                    channel.name,
+                    str(svc.rank),
+                    svc.responder.outbox,
+                    svc.feed,
                 )
         return [c for c in (p.in_, *p.outputs) if c.io is not None]
 
