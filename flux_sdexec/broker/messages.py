@@ -1,7 +1,8 @@
-"""Flux messages: who sent a request, its payload, and answering it.
+"""Flux messages: who sent a request, its payload, and answering it with JSON.
 
-The only place that reaches into a message with the C API (route, matchtag,
-flags, ``flux_respond``): the Python Message object does not expose them.
+With outbox.py (which derives and sends the responses), the only place that reaches
+into a message with the C API (route, matchtag, flags): the Python Message object
+does not expose them.
 """
 
 import errno
@@ -57,30 +58,14 @@ class Request:
 
 
 class Responder:
-    """Answers requests on one handle through an ``outbox.Outbox`` (never blocking); a
-    response that cannot be built is logged."""
+    """Answers requests with JSON payloads or errors through an ``outbox.Outbox`` (never
+    blocking)."""
 
-    def __init__(self, handle, log, outbox):
-        self._log = log
+    def __init__(self, outbox):
         self.outbox = outbox
 
     def respond(self, msg, payload=None):
-        self._send(msg, 0, json.dumps(payload).encode() if payload is not None else None)
-
-    def respond_raw(self, msg, text, flow=None):
-        """Send an already encoded JSON payload (the output hot path), counted in ``flow``."""
-        self._send(msg, 0, text, flow)
+        self.outbox.respond(msg, 0, json.dumps(payload).encode() if payload is not None else None)
 
     def respond_error(self, msg, errnum, text=None):
-        self._send(msg, errnum, text.encode() if text else None)
-
-    def _send(self, msg, errnum, text, flow=None):
-        if lib.flux_msg_is_noresponse(msg.handle):
-            return
-        resp = lib.flux_response_derive(msg.handle, errnum)
-        if resp == ffi.NULL or (text is not None and lib.flux_msg_set_string(resp, text) < 0):
-            self._log.error(f"error responding to {msg.topic}")
-            if resp != ffi.NULL:
-                lib.flux_msg_destroy(resp)
-            return
-        self.outbox.send(resp, flow, len(text) if text else 0)
+        self.outbox.respond(msg, errnum, text.encode() if text else None)

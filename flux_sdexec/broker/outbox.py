@@ -1,12 +1,13 @@
 """Responses sent without blocking the reactor, in order, with back-pressure.
 
-``flux_respond`` blocks while the socket to the broker is full. ``Outbox`` sends
-with FLUX_O_NONBLOCK instead; once the socket refuses one (which is then finished,
-see Outbox), the responses after it wait in one FIFO (so they keep their order)
-until a handle watcher says the handle is writable.
+``Outbox.respond`` derives the response to a request and sends it. ``flux_respond``
+blocks while the socket to the broker is full; the outbox sends with FLUX_O_NONBLOCK
+instead. Once the socket refuses one (which is then finished, see Outbox), the
+responses after it wait in one FIFO (so they keep their order) until a handle watcher
+says the handle is writable.
 A ``Flow`` counts the queued bytes and messages of one output stream: above its
-bounds the stream's reader is paused (and reads little while anything is queued),
-and it resumes once half of that has gone out, so a fast writer can neither stall
+bounds it pauses the stream's reader (which reads little while anything is queued),
+and resumes it once half of that has gone out, so a fast writer can neither stall
 the module nor grow its memory without limit.
 """
 
@@ -20,30 +21,37 @@ FLOW_MESSAGES = 4096  # ... or queued messages (short lines cost more per byte)
 
 
 class Flow:
-    """The queued responses of one output stream; ``pause``/``resume`` are set by its reader."""
+    """The queued responses of one output stream, and the brake on its reader.
 
-    __slots__ = ("queued", "count", "bound", "paused", "pause", "resume")
+    Args:
+        reader: what reads the stream (``output.OutputReader``): ``reader.pause()`` once
+            more than ``bound`` bytes or FLOW_MESSAGES messages of it are queued,
+            ``reader.resume()`` once at most half of both are.
+        bound: the queued bytes before the reader pauses.
+    """
 
-    def __init__(self, bound=FLOW_BOUND):
+    __slots__ = ("queued", "count", "bound", "paused", "_reader")
+
+    def __init__(self, reader, bound=FLOW_BOUND):
         self.queued = 0  # bytes
         self.count = 0  # messages
         self.bound = bound
         self.paused = False
-        self.pause = self.resume = lambda: None
+        self._reader = reader
 
     def add(self, n):
         self.queued += n
         self.count += 1
         if not self.paused and (self.queued > self.bound or self.count > FLOW_MESSAGES):
             self.paused = True
-            self.pause()
+            self._reader.pause()
 
     def sent(self, n):
         self.queued -= n
         self.count -= 1
         if self.paused and self.queued <= self.bound // 2 and self.count <= FLOW_MESSAGES // 2:
             self.paused = False
-            self.resume()
+            self._reader.resume()
 
 
 class Outbox:
@@ -64,11 +72,23 @@ class Outbox:
         self._congested = False
         self._watcher = watchers.handle(lib.FLUX_POLLOUT, self._flush, "outbox")
 
-    def send(self, resp, flow=None, size=0):
-        """Send (or queue) response ``resp``, a flux_msg_t * that the outbox now owns."""
+    def respond(self, msg, errnum, text, flow=None):
+        """Answer request ``msg`` (a flux Message) with ``errnum`` and ``text`` (encoded JSON
+        or an error text, bytes, or None); queued behind earlier responses, an output
+        response counts in its stream's ``flow``. A response that cannot be built is logged.
+        """
+        if lib.flux_msg_is_noresponse(msg.handle):
+            return
+        resp = lib.flux_response_derive(msg.handle, errnum)
+        if resp == ffi.NULL or (text is not None and lib.flux_msg_set_string(resp, text) < 0):
+            self._log.error(f"error responding to {msg.topic}")
+            if resp != ffi.NULL:
+                lib.flux_msg_destroy(resp)
+            return
         if not self._congested:
             self._send(resp)
             return
+        size = len(text) if text else 0
         self._queue.append((resp, flow, size))
         if flow is not None:
             flow.add(size)

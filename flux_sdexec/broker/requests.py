@@ -11,7 +11,7 @@ import time
 
 from flux_sdexec.core import properties, protocol, responses, settle
 from flux_sdexec.containment import enforcement
-from flux_sdexec.broker.channels import InputChannel, OutputChannel
+from flux_sdexec.broker.channels import InputChannel
 from flux_sdexec.broker.messages import (
     Request,
     is_noresponse,
@@ -19,21 +19,18 @@ from flux_sdexec.broker.messages import (
     payload_of,
     sender_of,
 )
-from flux_sdexec.broker.outbox import Flow
-from flux_sdexec.broker.sinks import output_sink
+from flux_sdexec.broker.output import OutputReader
 from flux_sdexec.systemd import keepers
 from flux_sdexec.core.errors import RequestError
 from flux_sdexec.core.events import (
     AnswerMaybeLost,
     ClientGone,
-    OutputClosed,
     StartFailed,
     WaitRequested,
     WaiterGone,
     HoldsStart,
     LabelReused,
 )
-from flux_sdexec.core.linebuf import OutputBuffer
 from flux_sdexec.core.sdproc import SdProc
 from flux_sdexec.core.states import ProcState
 
@@ -168,22 +165,18 @@ class Requests:
 
     def _open_channels(self, p):
         """The socketpairs of the channels ``p`` uses, attached to its Channels."""
-        req = p.cmd
         if p.in_.used:
             p.in_.io = InputChannel(self._watchers, self._log, p.logname)
         for channel in p.outputs:
             if channel.used:
-                flow = Flow()
-                channel.io = OutputChannel(
+                channel.io = OutputReader(
                     self._watchers,
-                    channel.name,
-                    OutputBuffer(req.line_buffer[channel.name], req.bufsize[channel.name]),
-                    output_sink(
-                        self._responder, p, channel.name, str(self._rank), self._feed, flow
-                    ),
-                    lambda s, p=p: self._feed(p, OutputClosed(s)),
                     self._log,
-                    flow,
+                    p,
+                    channel.name,
+                    str(self._rank),
+                    self._responder.outbox,
+                    self._feed,
                 )
         return [c for c in (p.in_, *p.outputs) if c.io is not None]
 

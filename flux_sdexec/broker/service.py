@@ -112,7 +112,7 @@ class SdexecService:
         self.containment = ContainmentChecker(
             log, containment_check, containment_required, memo=self.memos.not_enforced
         )
-        self.responder = responder = Responder(handle, log, Outbox(handle, log, watchers))
+        self.responder = responder = Responder(Outbox(handle, log, watchers))
         # systemd: several brokers on one manager take their signals through the bus,
         # which filters them by unit
         self.bridge = bridge = bridge_class(

@@ -21,7 +21,7 @@ sys.path.insert(0, TOP)
 
 
 def _add_flux_python_path():
-    """Make flux's Python bindings importable (the channel tests use flux.constants)."""
+    """Make flux's Python bindings importable (the holds and adoption tests use the broker side)."""
     try:
         import flux  # noqa: F401
     except ImportError:

@@ -1,7 +1,7 @@
 """Bugs found by reading the core against its anchors (issue 9), one test each.
 
 Finding 4 (watcher callbacks without a guard) needs flux's watchers: it is in
-t/systemd/test_channels.py.
+t/unit/test_channels.py.
 """
 
 import errno
