@@ -24,7 +24,7 @@ def output_sink(responder, p, stream, rank, feed, flow=None):
     if not p.cmd.background:
         encoder = None
         msg = p.exec_request.msg
-        imp_error = p.imp_error if stream == "stderr" else None  # impfatal.py
+        imp_error = p.answers.imp_error if stream == "stderr" else None  # impfatal.py
 
         def stream_chunk(chunk, eof):
             nonlocal encoder
