@@ -97,7 +97,7 @@ class Accounting:
                 elif p.unit.finished:
                     self._finished(p)
             swept = p.unit.name in self.svc.sweeper  # its start unanswered, say
-            going = p.unit.gone or p.stop_sent or p.reset_sent or swept
+            going = p.unit.gone or p.calls.stop_sent or p.calls.reset_sent or swept
             if p.state is ProcState.DONE and going and not p.slice_stopped:
                 p.slice_stopped = True
                 self._stop_slice(name)

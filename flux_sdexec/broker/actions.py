@@ -144,12 +144,13 @@ class ActionRunner:
         p.stop.io.reset(after=a.seconds)
 
     def arm_grace(self, p, a):
-        if p.grace is None:
-            p.grace = self._watchers.timer(
+        if p.wait.grace is None:
+            p.wait.grace = self._watchers.timer(
                 a.seconds, lambda: self._feed(p, GraceExpired(), pump=True), p.unit.name
             )
-        p.grace.stop()  # it may be running (a grace becoming a hold): libev re-arms only stopped
-        p.grace.reset(after=a.seconds)
+        # it may be running (a grace becoming a hold): libev re-arms only stopped timers
+        p.wait.grace.stop()
+        p.wait.grace.reset(after=a.seconds)
 
     def cancel_timer(self, p, a):
         if p.stop.io is not None:
@@ -182,10 +183,10 @@ class ActionRunner:
             p.stop.io.stop()
             p.stop.io.destroy()
             p.stop.io = None
-        if p.grace is not None:
-            p.grace.stop()
-            p.grace.destroy()
-            p.grace = None
+        if p.wait.grace is not None:
+            p.wait.grace.stop()
+            p.wait.grace.destroy()
+            p.wait.grace = None
         self.close_channels(p, a)
 
     def quietly(self, p, what, call, *args, **kwargs):

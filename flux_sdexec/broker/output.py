@@ -58,7 +58,7 @@ class OutputReader(Socketpair):
             self._msg = p.exec_request.msg
             self._outbox = outbox
             self._encoder = None  # built at the first chunk: the pid is known by then
-            self._imp_error = p.imp_error if stream == "stderr" else None  # impfatal.py
+            self._imp_error = p.answers.imp_error if stream == "stderr" else None  # impfatal.py
         self._read_max = max(READ_MIN, self.remote.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
         self._read_size = READ_MIN
 

@@ -113,7 +113,7 @@ class Requests:
                 lambda budget, waited: self._start_late(p, budget, waited),
                 aux,
             )
-            p.start_sent = True
+            p.calls.start_sent = True
         except BaseException:
             self._calls.started(unit)  # its budget timer goes too
             self._bridge.unwatch(unit)
@@ -226,7 +226,7 @@ class Requests:
         p = self._find(pid, label, "wait")
         if not p.cmd.waitable:
             raise RequestError(errno.EINVAL, "process is not waitable")
-        if p.waiter is not None:
+        if p.wait.waiter is not None:
             raise RequestError(errno.EINVAL, "process is already being waited on")
         self._feed(p, WaitRequested(Request(msg)))
 
@@ -270,9 +270,9 @@ class Requests:
         for p in registry.by_sender(sender):
             if p.exec_request is not None and p.exec_request.sender == sender:
                 self._feed(p, ClientGone())
-            if p.waiter is not None and p.waiter.sender == sender:
+            if p.wait.waiter is not None and p.wait.waiter.sender == sender:
                 self._feed(p, WaiterGone())
-            if p.answered_to is not None and p.answered_to.sender == sender:
+            if p.wait.answered_to is not None and p.wait.answered_to.sender == sender:
                 self._feed(p, AnswerMaybeLost(registry.label_taken(p)))
             self._orphans.consider(p)  # a job shell nobody waits on: is its job over?
         self._bus.pump()

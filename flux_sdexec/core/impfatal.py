@@ -67,14 +67,14 @@ def watch_for(cmd):
 def may_fail(p):
     """SdProc ``p`` runs the IMP and exited non-zero: its answer waits for its stderr."""
     u = p.unit
-    return p.imp_error is not None and u.finished and not u.signaled and u.status != 0
+    return p.answers.imp_error is not None and u.finished and not u.signaled and u.status != 0
 
 
 def failure(p):
     """``(EPERM, line)`` when ``p``'s IMP exited non-zero after a fatal line, else None.
     Asked once its stderr is read to the end (or drained)."""
-    if may_fail(p) and p.imp_error.line is not None:
-        return (errno.EPERM, p.imp_error.line)
+    if may_fail(p) and p.answers.imp_error.line is not None:
+        return (errno.EPERM, p.answers.imp_error.line)
     return None
 
 
@@ -83,9 +83,9 @@ def drain_reason(p):
     a job shell, or systemd does not say the IMP never reported ready (it did, and the
     job's own code may have run; or its history is unknown)."""
     job = shell_job(p)
-    if job is None or not p.unit.never_active or p.imp_error.line is None:
+    if job is None or not p.unit.never_active or p.answers.imp_error.line is None:
         return None
-    return f"IMP error for job {job}: {p.imp_error.line}"
+    return f"IMP error for job {job}: {p.answers.imp_error.line}"
 
 
 def conclude(p, out):

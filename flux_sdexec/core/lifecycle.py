@@ -20,7 +20,7 @@ from flux_sdexec.core.events import (
     RespondError,
     ArmTimer,
 )
-from flux_sdexec.core.states import ProcState, StopStage
+from flux_sdexec.core.states import ExecAnswer, ProcState, StopStage
 from flux_sdexec.core.waits import retain_or_drop
 
 S = ProcState
@@ -37,24 +37,24 @@ NO_CODE_TEXT = (
 
 
 def post_start_check(p, event, out):
-    p.check_sent = True
-    out.append(CheckContainment(p.unit.pid, p.post_start_check))
+    p.calls.check_sent = True
+    out.append(CheckContainment(p.unit.pid, p.calls.post_start_check))
     return p.state
 
 
 def started(p, event, out):
-    if not p.started_response_sent:
-        p.started_response_sent = True
+    if p.answers.exec is ExecAnswer.NONE:
+        p.answers.exec = ExecAnswer.STARTED
         out.append(Respond(responses.started(p.unit.pid)))
     out += p.start_output()
-    if p.kill_when_started:  # its client left before the process ran
-        p.kill_when_started = False
+    if p.calls.kill_when_started:  # its client left before the process ran
+        p.calls.kill_when_started = False
         out.append(KillUnit(signal.SIGKILL))
     return S.RUNNING
 
 
 def exited(p, event, out):
-    p.finished_response_sent = True
+    p.answers.exec = ExecAnswer.FINISHED
     u = p.unit
     if p.cmd.background:
         why = f"Killed by signal {u.status}" if u.signaled else f"Exit {u.status}"
@@ -62,7 +62,8 @@ def exited(p, event, out):
         if p.keeps_record:
             return retain_or_drop(p, out)
     elif impfatal.may_fail(p) or (p.error and p.owes_exec_response):
-        p.finish_held = True  # the answer, maybe an error instead, once the unit is gone
+        # the answer, maybe an error instead, once the unit is gone
+        p.answers.exec = ExecAnswer.FINISH_HELD
     else:
         out.append(Respond(responses.finished(u.wait_status)))
     return S.FINISHED
@@ -110,7 +111,7 @@ def gone(p, event, out):
     if p.error is not None:
         return terminal_error(p, out)
     if not p.cmd.background:
-        if p.finish_held:
+        if p.answers.exec is ExecAnswer.FINISH_HELD:
             out.append(Respond(responses.finished(p.unit.wait_status)))
         out.append(RespondError(errno.ENODATA))
         return S.DONE
@@ -134,11 +135,11 @@ def output_chunk(p, event, out):
     text = str.removesuffix(text, "\n")
     level = syslog.LOG_INFO if event.stream == "stdout" else syslog.LOG_ERR
     out.append(Log(level, f"{p.logname}[{p.pid}]: {text}"))
-    if p.imp_error is not None and event.stream == "stderr":
-        p.imp_error.see(event.data)
-    if p.retained_output is not None:
+    if p.answers.imp_error is not None and event.stream == "stderr":
+        p.answers.imp_error.see(event.data)
+    if p.wait.retained is not None:
         io = responses.io_object(event.stream, event.rank, event.data, event.eof)
-        p.retained_output.add(io, len(event.data))
+        p.wait.retained.add(io, len(event.data))
     return p.state
 
 
@@ -153,15 +154,15 @@ def start_failed(p, event, out):
         out.append(RespondError(event.errnum, event.text))
     elif p.cmd.background:
         out.append(Log(syslog.LOG_ERR, f"{p.unit.name}: start: {event.text}"))
-    if p.waiter is not None:
-        out.append(AnswerWait(p.waiter, error=p.error))
-        p.waiter = None
+    if p.wait.waiter is not None:
+        out.append(AnswerWait(p.wait.waiter, error=p.error))
+        p.wait.waiter = None
     out.append(CloseChannels())
     return S.DONE
 
 
 def post_start_checked(p, event, out):
-    p.post_start_check = None
+    p.calls.post_start_check = None
     if p.state is not S.STARTING or event.problem is None:
         return p.state
     # flux-core's order: log, store EIO, SIGKILL, read output; the error goes out once
@@ -203,7 +204,7 @@ def client_gone(p, event, out):
     if p.cmd.background or p.unit.gone:
         return p.state
     if p.unit.pid is None:  # the start job may still be queued: nothing to kill yet
-        p.kill_when_started = True
+        p.calls.kill_when_started = True
     else:
         out.append(KillUnit(signal.SIGKILL))
     return p.state
@@ -212,13 +213,13 @@ def client_gone(p, event, out):
 def unloading(p, event, out):
     if p.owes_exec_response:
         out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT))
-    if p.waiter is not None:
+    if p.wait.waiter is not None:
         if event.keep and not event.answer_wait:
             why = "the shutdown hands the unit to the restarted instance"
             out.append(Log(syslog.LOG_INFO, f"{p.unit.name}: its wait is left unanswered: {why}"))
         else:
-            out.append(AnswerWait(p.waiter, error=(errno.ENOSYS, UNLOADING_TEXT)))
-        p.waiter = None
+            out.append(AnswerWait(p.wait.waiter, error=(errno.ENOSYS, UNLOADING_TEXT)))
+        p.wait.waiter = None
     if event.keep:  # handed over to the next sdexec (handoff.py): it adopts the unit
         what = f"{p.unit.name} ({p.unit.state}, pid {p.pid})"
         out.append(Log(syslog.LOG_INFO, f"left running for the next sdexec: {what}"))
@@ -234,9 +235,9 @@ def terminal_error(p, out):
     errnum, text = p.error
     if p.owes_exec_response:
         out.append(RespondError(errnum, text))
-        if p.waiter is not None:  # a wait by label may be parked before "started"
-            out.append(AnswerWait(p.waiter, error=p.error))
-            p.waiter = None
+        if p.wait.waiter is not None:  # a wait by label may be parked before "started"
+            out.append(AnswerWait(p.wait.waiter, error=p.error))
+            p.wait.waiter = None
         return S.DONE
     if p.cmd.background:
         out.append(Log(syslog.LOG_ERR, f"{p.logname}[{p.pid}]: {text}"))

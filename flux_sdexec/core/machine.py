@@ -21,10 +21,11 @@ from flux_sdexec.core.events import (
     RespondError,
     UnitChanged,
 )
-from flux_sdexec.core.states import ESCALATING, Phase, ProcState, StopStage
+from flux_sdexec.core.states import ESCALATING, ExecAnswer, Phase, ProcState, StopStage
 from flux_sdexec.core.table import TABLE
 
 S = ProcState
+_NOT_FINISHED = frozenset({ExecAnswer.NONE, ExecAnswer.STARTED})
 
 
 def _over(p):
@@ -32,18 +33,18 @@ def _over(p):
     if p.keeps_record:
         return False
     if u.state == "active.exited":
-        return not p.stop_sent
-    return u.active_state == "failed" and not p.reset_sent
+        return not p.calls.stop_sent
+    return u.active_state == "failed" and not p.calls.reset_sent
 
 
 # when each unit phase is due: its facts are known and not yet acted on. Checked one at a
 # time, in this order, so that each sees what the phases before it did.
 DUE = {
     Phase.POST_START_CHECK: lambda p: bool(p.unit.pid)
-    and p.post_start_check is not None
-    and not p.check_sent,
-    Phase.STARTED: lambda p: p.unit.started and p.post_start_check is None,
-    Phase.EXITED: lambda p: p.unit.finished and not p.finished_response_sent,
+    and p.calls.post_start_check is not None
+    and not p.calls.check_sent,
+    Phase.STARTED: lambda p: p.unit.started and p.calls.post_start_check is None,
+    Phase.EXITED: lambda p: p.unit.finished and p.answers.exec in _NOT_FINISHED,
     Phase.EXEC_FAILED: lambda p: p.unit.exec_failed and p.error is None,
     Phase.OVER: _over,
     Phase.DEACTIVATING: lambda p: p.unit.active_state == "deactivating"
@@ -115,9 +116,9 @@ def fail(p, what):
     actions = [Log(syslog.LOG_ERR, f"{p.unit.name}: {text}")]
     if p.owes_exec_response:
         actions.append(RespondError(errno.EINVAL, text))
-    if p.waiter is not None:
-        actions.append(AnswerWait(p.waiter, error=(errno.EINVAL, text)))
-        p.waiter = None
+    if p.wait.waiter is not None:
+        actions.append(AnswerWait(p.wait.waiter, error=(errno.EINVAL, text)))
+        p.wait.waiter = None
     p.error = (errno.EINVAL, text)
     actions.append(CloseChannels())
     actions += p.forget()

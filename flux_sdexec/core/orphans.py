@@ -52,7 +52,7 @@ def suspect(p):
     return (
         p.cmd.background
         and p.state in (S.STARTING, S.RUNNING)
-        and p.waiter is None
+        and p.wait.waiter is None
         and p.orphan is None
         and shell_job(p) is not None
     )
@@ -97,7 +97,7 @@ def job_gone(p, event, out):
         return p.state  # being stopped already
     p.orphan = event.reason
     if p.state is S.ZOMBIE:
-        if p.waiter is not None:
+        if p.wait.waiter is not None:
             return p.state
         out.append(Log(syslog.LOG_WARNING, f"{p.logname}[{p.pid}]: {event.reason}: let go"))
         return release(p, out)

@@ -69,6 +69,6 @@ class Registry:
             for p in self._by_unit.values()
             if any(
                 r is not None and r.sender == sender
-                for r in (p.exec_request, p.waiter, p.answered_to)
+                for r in (p.exec_request, p.wait.waiter, p.wait.answered_to)
             )
         ]

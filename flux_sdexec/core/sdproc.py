@@ -1,10 +1,26 @@
-"""SdProc: one exec request's process, field for field the design's ``struct sdproc``.
+"""SdProc: one exec request's process, after the design's ``struct sdproc``.
+
+The design's seven items, each one field: the request message (``exec_request``), the
+command (``cmd``), the start and stop calls (``calls``: which were made, not the futures,
+which the adapters keep), the unit (``unit``), the three channels (``in_``, ``out``,
+``err``), the stop-timer state (``stop``) and the response-sent flags (``answers``).
+Five more the design's list does not name: where the process is (``state``, table.py),
+the error its terminal response carries (``error``), the sdexec.wait sub-state
+(``wait``, waits.py), whether it was adopted at load (``adopted``) and why it is stopped
+as an orphan (``orphan``, orphans.py). Flags that change together are one typed
+sub-record (``Calls``, ``Answers``, ``Wait``; each says who writes it) or one small enum
+(states.py's ``ExecAnswer``, ``Hold``), never a bag of booleans.
+
+It does not mirror the C struct field for field: no futures or watchers (the adapters
+keep them). The property watch (``watching``) and the other adapter-owned fields
+(``keeper``, ``started_at``, ``usage``, ``accounting_slice``, ``slice_stopped``,
+``job_seen``) are still here, and go to the adapters that write them.
 
 Data (plus the facts computed from it and the two orders every step may need:
 StartOutput once, and the forget policy's next call). The decisions about it live in
 lifecycle.py, the rules for which decision applies in table.py, and machine.py
-applies them. The ``io`` slots hold the adapters' objects (sockets, watchers);
-the core never looks at them. Pure: stdlib only.
+applies them. The ``io`` slots (and ``Wait.grace``) hold the adapters' objects
+(sockets, watchers); the core never looks at them. Pure: stdlib only.
 """
 
 import os
@@ -12,7 +28,7 @@ import os
 from flux_sdexec.core.impfatal import watch_for
 from flux_sdexec.core.events import ResetFailedUnit, StartOutput, StopUnit
 from flux_sdexec.core.linebuf import RetainedOutput
-from flux_sdexec.core.states import ProcState, StopStage
+from flux_sdexec.core.states import ExecAnswer, Hold, ProcState, StopStage
 from flux_sdexec.core.unitstate import Unit, forget_call
 
 
@@ -53,8 +69,102 @@ class StopTimer:
         return c
 
 
+class Calls:
+    """The calls made for the process, each at most once: to systemd (start, stop,
+    reset-failed, a SIGKILL deferred until the process runs) and the post-start
+    containment check. What they answer comes back as inputs.
+
+    Written by the core's handlers (lifecycle.py, ``SdProc.forget``), except
+    ``start_sent``: the exec adapter (broker/requests.py) sets it once StartTransientUnit
+    is sent, and adoption starts with it set.
+    """
+
+    __slots__ = (
+        "start_sent",
+        "stop_sent",
+        "reset_sent",
+        "post_start_check",
+        "check_sent",
+        "kill_when_started",
+    )
+
+    def __init__(self, start_sent, post_start_check):
+        self.start_sent = start_sent  # StartTransientUnit was called
+        self.stop_sent = False  # StopUnit was called
+        self.reset_sent = False  # ResetFailedUnit was called
+        self.post_start_check = post_start_check  # what to verify once the pid is known
+        self.check_sent = False  # CheckContainment was asked for
+        self.kill_when_started = False  # a fg client left before its process ran
+
+    def copy(self):
+        c = Calls.__new__(Calls)
+        c.start_sent, c.stop_sent, c.reset_sent = self.start_sent, self.stop_sent, self.reset_sent
+        c.post_start_check, c.check_sent = self.post_start_check, self.check_sent
+        c.kill_when_started = self.kill_when_started
+        return c
+
+
+class Answers:
+    """What the exec request has been answered (the design's response-sent flags).
+
+    Written by the core's handlers (lifecycle.py, ``SdProc.start_output``). ``imp_error``
+    is one object for the process's life, never copied: the foreground stderr sink
+    (broker/sinks.py) feeds it every chunk it forwards, the core (lifecycle.py) every
+    chunk it logs; impfatal.py reads it.
+    """
+
+    __slots__ = ("exec", "output_started", "imp_error")
+
+    def __init__(self, adopted, imp_error):
+        self.exec = ExecAnswer.STARTED if adopted else ExecAnswer.NONE  # started, finished
+        self.output_started = False  # StartOutput was asked for
+        self.imp_error = imp_error  # the IMP's fatal line on stderr, if it runs the IMP
+
+    def copy(self):
+        c = Answers.__new__(Answers)
+        c.exec, c.output_started, c.imp_error = self.exec, self.output_started, self.imp_error
+        return c
+
+
+class Wait:
+    """The wait sub-state of a waitable process (waits.py): its waiter, the answer's
+    grace, the record's hold, the output kept for the answer.
+
+    Written by waits.py's handlers (and machine.fail, lifecycle.py's answers of a
+    waiter with an error), except ``grace``, the adapter's grace timer
+    (broker/actions.py). ``retained`` is one object for the process's life, never
+    copied: only OutputChunk rows, which never change the state, add to it.
+    """
+
+    __slots__ = (
+        "waiter",
+        "parked",
+        "answered_to",
+        "hold",
+        "before_first_wait",
+        "grace",
+        "retained",
+    )
+
+    def __init__(self, adopted, waitable):
+        self.waiter = None  # the sdexec.wait request waiting for the status
+        self.parked = False  # it came while the process ran (the answer grace follows)
+        self.answered_to = None  # the wait request last answered, during its grace
+        self.hold = Hold.NONE  # why a zombie record is kept only a while
+        self.before_first_wait = adopted  # no sdexec.wait came since load (the hold)
+        self.grace = None  # the adapter's grace timer (ArmGrace)
+        self.retained = RetainedOutput() if waitable else None  # output tail for the answer
+
+    def copy(self):
+        c = Wait.__new__(Wait)
+        c.waiter, c.parked, c.answered_to = self.waiter, self.parked, self.answered_to
+        c.hold, c.before_first_wait = self.hold, self.before_first_wait
+        c.grace, c.retained = self.grace, self.retained
+        return c
+
+
 class SdProc:
-    """One exec: request, command, calls, unit, channels, stop timer, responses.
+    """One exec: request, command, calls, unit, channels, stop timer, answers.
 
     Args:
         exec_request: the adapter's request object (None for an adopted unit).
@@ -67,9 +177,7 @@ class SdProc:
         self.exec_request = exec_request  # the original request message; answers go to it
         self.adopted = adopted  # found at load, left by an earlier sdexec
         self.cmd = cmd  # the command: argv, env, label, flags, options
-        self.start_sent = adopted  # StartTransientUnit was called
-        self.stop_sent = False  # StopUnit was called
-        self.reset_sent = False  # ResetFailedUnit was called
+        self.calls = Calls(adopted, cmd.post_start_check)  # the calls made for it
         self.watching = False  # PropertiesChanged of the unit are watched
         self.keeper = None  # the slice that keeps the unit loaded (systemd/keepers.py)
         self.unit = Unit(unit)  # what systemd last said about the unit
@@ -77,24 +185,10 @@ class SdProc:
         self.in_ = Channel("stdin", not cmd.background)  # stdin
         self.out = Channel("stdout", "stdout" in streams)  # stdout
         self.err = Channel("stderr", "stderr" in streams)  # stderr
-        self.output_started = False  # StartOutput was asked for
         self.stop = StopTimer()  # kill escalation
-        self.post_start_check = cmd.post_start_check  # what to verify once the pid is known
-        self.check_sent = False  # CheckContainment was asked for
-        self.kill_when_started = False  # a fg client left before its process ran
-        self.started_response_sent = adopted  # "started" answered (or logged, background)
-        self.finished_response_sent = False  # "finished" answered (or exit logged, background)
-        self.finish_held = False  # "finished" waits for the IMP's stderr (impfatal.py)
-        self.imp_error = watch_for(cmd)  # the IMP's fatal line on stderr, if it runs the IMP
+        self.answers = Answers(adopted, watch_for(cmd))  # what the exec request was answered
         self.error = None  # (errno, text) for the terminal response
-        self.waiter = None  # the parked sdexec.wait request
-        self.waiter_parked = False  # it came while the process ran (waits.py: the grace)
-        self.answered_to = None  # the wait request last answered, during its grace (waits.py)
-        self.held = False  # a zombie no waiter is known for, kept for a while (waits.py)
-        self.revived = False  # collectable again after its answer may have been lost (waits.py)
-        self.before_first_wait = adopted  # no sdexec.wait came since load (waits.py: the hold)
-        self.grace = None  # the adapter's grace timer (ArmGrace)
-        self.retained_output = RetainedOutput() if cmd.waitable else None  # tail for the wait
+        self.wait = Wait(adopted, cmd.waitable)  # its waiter, grace and hold (waits.py)
         self.state = ProcState.STARTING  # where the process is (table.py)
         self.started_at = None  # wall-clock start (epoch s), set by the adapter; sdexec.units
         self.usage = None  # what the unit used, read at its exit (broker/accounting.py)
@@ -106,14 +200,16 @@ class SdProc:
     def draft(self, unit=None):
         """A copy that a handler may change; ``commit()`` adopts it if the table allows.
 
-        ``unit``: an already updated copy of the Unit to use. The retained output is
-        shared: only OutputChunk rows, which never change the state, add to it.
+        ``unit``: an already updated copy of the Unit to use. Every sub-record a handler
+        may change is copied; the objects they hold (the retained output, the IMP's error
+        line, the adapters' io) are shared.
         """
         d = SdProc.__new__(SdProc)
         d.__dict__.update(self.__dict__)
         d.unit = unit or self.unit.copy()
         d.in_, d.out, d.err = self.in_.copy(), self.out.copy(), self.err.copy()
         d.stop = self.stop.copy()
+        d.calls, d.answers, d.wait = self.calls.copy(), self.answers.copy(), self.wait.copy()
         return d
 
     def commit(self, draft):
@@ -123,9 +219,9 @@ class SdProc:
 
     def start_output(self):
         """[StartOutput] the first time, then []."""
-        if self.output_started:
+        if self.answers.output_started:
             return []
-        self.output_started = True
+        self.answers.output_started = True
         return [StartOutput()]
 
     def forget(self, final=False):
@@ -136,11 +232,11 @@ class SdProc:
         """
         queued = final and not self.unit.left_inactive
         call = forget_call(self.unit.active_state, queued)
-        if call == "reset-failed" and not self.reset_sent:
-            self.reset_sent = True
+        if call == "reset-failed" and not self.calls.reset_sent:
+            self.calls.reset_sent = True
             return [ResetFailedUnit()]
-        if call == "stop" and not self.stop_sent:
-            self.stop_sent = True
+        if call == "stop" and not self.calls.stop_sent:
+            self.calls.stop_sent = True
             return [StopUnit()]
         return []
 
@@ -169,7 +265,7 @@ class SdProc:
     def keeps_record(self):
         """A started waitable process: its stopped-but-loaded unit holds the status
         until a wait collects it, so a restarted sdexec can still find it."""
-        return self.cmd.waitable and self.started_response_sent
+        return self.cmd.waitable and self.answers.exec is not ExecAnswer.NONE
 
     @property
     def visible(self):
@@ -181,7 +277,7 @@ class SdProc:
     def label_free(self):
         """A wait has given its status already: its label goes to a new exec (waits.py)."""
         if self.state is ProcState.ZOMBIE:
-            return self.revived
+            return self.wait.hold is Hold.REVIVED
         return self.state in (ProcState.ANSWERED, ProcState.RELEASING, ProcState.DONE)
 
     @property
@@ -199,4 +295,4 @@ class SdProc:
             ProcState.RELEASING,
         ):
             return False
-        return not self.cmd.background or not self.started_response_sent
+        return not self.cmd.background or self.answers.exec is ExecAnswer.NONE

@@ -1,4 +1,5 @@
-"""Process states, unit phases and stop-timer stages: the vocabulary of table.py.
+"""Process states, unit phases, stop-timer stages and the two sub-states of an SdProc
+(its exec's answers, its record's hold): the vocabulary of table.py.
 
 Pure: stdlib only.
 """
@@ -52,6 +53,37 @@ class StopStage(enum.IntEnum):
     SIGTERM = 1  # next expiry sends SIGTERM
     SIGNAL = 2  # next expiry sends the configured signal (SIGKILL by default)
     ABANDON = 3  # next expiry gives up with EDEADLK
+
+
+class ExecAnswer(enum.Enum):
+    """How far the exec request has been answered: "started", then "finished".
+
+    One state, never a pair of flags: "finished" follows "started" (the EXITED phase has
+    its row in RUNNING only). A background exec logs what a foreground one answers.
+    """
+
+    NONE = "nothing yet"
+    STARTED = "started answered (background: the start logged; adopted: long ago)"
+    FINISHED = "finished answered (background: the exit logged)"
+    FINISH_HELD = "finished goes out once the unit is gone (the IMP's stderr, or an error)"
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return self.name
+
+
+class Hold(enum.Enum):
+    """Why a zombie record is kept only a while for a wait (waits.py: the hold)."""
+
+    NONE = "not held (a zombie of this sdexec's own exec is kept until its wait comes)"
+    HELD = "no client is known to wait for it (adopted at load)"
+    REVIVED = "held, and collectable again: its answer may have been lost"
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return self.name
 
 
 S = ProcState

@@ -33,7 +33,7 @@ import syslog
 
 from flux_sdexec.core import impfatal
 from flux_sdexec.core.events import AnswerWait, ArmGrace, DrainOutput, Log
-from flux_sdexec.core.states import ProcState
+from flux_sdexec.core.states import Hold, ProcState
 
 S = ProcState
 
@@ -56,28 +56,28 @@ FIRST_WAIT_BOUND = 600.0
 
 
 def output_drained(p, event, out):
-    if p.waiter is None:
+    if p.wait.waiter is None:
         return p.state
     return collect(p, out, drained=True)
 
 
 def wait_requested(p, event, out):
-    p.waiter = event.waiter
-    p.waiter_parked = p.state is not S.ZOMBIE
+    p.wait.waiter = event.waiter
+    p.wait.parked = p.state is not S.ZOMBIE
     if p.state is S.ZOMBIE:
         return collect(p, out)
     return p.state
 
 
 def waiter_gone(p, event, out):
-    p.waiter, p.waiter_parked = None, False
+    p.wait.waiter, p.wait.parked = None, False
     return p.state
 
 
 def retain_or_drop(p, out):
     if not p.cmd.waitable:
         return S.DONE
-    if p.waiter is not None:
+    if p.wait.waiter is not None:
         return collect(p, out)
     if p.orphan is not None:  # stopped because its job is over (orphans.py)
         return release(p, out)
@@ -93,15 +93,16 @@ def collect(p, out, drained=False):
         out.append(DrainOutput())
         return S.ZOMBIE
     impfatal.conclude(p, out)  # its stderr is read: an IMP's fatal line is the answer
-    waiter, parked, p.waiter, p.waiter_parked = p.waiter, p.waiter_parked, None, False
+    w = p.wait
+    waiter, parked, w.waiter, w.parked = w.waiter, w.parked, None, False
     if p.error is not None:
         out.append(AnswerWait(waiter, error=p.error))
     else:
-        out.append(AnswerWait(waiter, p.unit.wait_status, tuple(p.retained_output.items)))
-    p.held = False
+        out.append(AnswerWait(waiter, p.unit.wait_status, tuple(w.retained.items)))
+    w.hold = Hold.NONE
     if not parked:
         return release(p, out)
-    p.answered_to = waiter
+    w.answered_to = waiter
     out.append(ArmGrace(ANSWER_GRACE))
     return S.ANSWERED
 
@@ -109,11 +110,11 @@ def collect(p, out, drained=False):
 def answer_maybe_lost(p, event, out):
     """The answered client left within the grace: collectable again, unless a newer
     process took the label meanwhile (then there would be two)."""
-    p.answered_to = None
+    p.wait.answered_to = None
     if event.label_taken:
         out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label reused, not revived"))
         return release(p, out)
-    p.revived = True
+    p.wait.hold = Hold.REVIVED
     return hold(p, out, f"its waiter left within {ANSWER_GRACE:g}s of the answer")
 
 
@@ -123,14 +124,15 @@ def label_reused(p, event, out):
     A record never answered (a zombie waiting for its wait) keeps it."""
     if p.state not in (S.ANSWERED, S.ZOMBIE) or not p.label_free:
         return p.state
-    p.answered_to, p.held = None, False
+    p.wait.answered_to, p.wait.hold = None, Hold.NONE
     out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label taken by a new exec, let go"))
     return release(p, out)
 
 
 def hold(p, out, why):
-    p.held = True
-    if p.before_first_wait:
+    if p.wait.hold is Hold.NONE:
+        p.wait.hold = Hold.HELD
+    if p.wait.before_first_wait:
         seconds = FIRST_WAIT_BOUND
         until = f"{RECORD_HOLD:g}s after the first wait (at most {seconds:g}s)"
     else:
@@ -143,10 +145,10 @@ def hold(p, out, why):
 
 def holds_start(p, event, out):
     """A collecting client is there: a held adopted record's hold starts now."""
-    if not p.before_first_wait:
+    if not p.wait.before_first_wait:
         return p.state
-    p.before_first_wait = False
-    if p.state is S.ZOMBIE and p.held and p.waiter is None:
+    p.wait.before_first_wait = False
+    if p.state is S.ZOMBIE and p.wait.hold is not Hold.NONE and p.wait.waiter is None:
         return hold(p, out, event.why)
     return p.state
 
@@ -154,11 +156,11 @@ def holds_start(p, event, out):
 def grace_expired(p, event, out):
     """End of the answer grace, or of a held record's hold: let the unit go."""
     if p.state is S.ANSWERED:
-        p.answered_to = None
+        p.wait.answered_to = None
         return release(p, out)
-    if p.state is S.ZOMBIE and p.held and p.waiter is None:
-        p.held = False
-        seconds = FIRST_WAIT_BOUND if p.before_first_wait else RECORD_HOLD
+    if p.state is S.ZOMBIE and p.wait.hold is not Hold.NONE and p.wait.waiter is None:
+        p.wait.hold = Hold.NONE
+        seconds = FIRST_WAIT_BOUND if p.wait.before_first_wait else RECORD_HOLD
         text = f"{p.logname}[{p.pid}]: not collected within {seconds:g}s, let go"
         out.append(Log(syslog.LOG_INFO, text))
         return release(p, out)

@@ -232,7 +232,7 @@ def test_the_imps_fatal_line_is_seen_on_stderr():
     channel, p, _ = reader(reactor, log, outbox, stream="stderr", cmdline=imp)
     channel.remote.sendall(b"flux-imp: Fatal: no\n")
     channel.drain()
-    assert p.imp_error.line == "flux-imp: Fatal: no"
+    assert p.answers.imp_error.line == "flux-imp: Fatal: no"
     assert len(outbox.sent) == 1
     channel.close()
 

@@ -160,7 +160,7 @@ def test_at_a_shutdown_its_jobs_outlive_a_kept_units_wait_is_not_answered():
         ),
         Reap(),
     ]
-    assert p.state is ProcState.DONE and p.waiter is None
+    assert p.state is ProcState.DONE and p.wait.waiter is None
 
 
 def test_an_unkept_unit_is_still_stopped():

@@ -183,8 +183,8 @@ def test_the_last_fatal_line_is_kept_and_bounded():
 def test_only_the_imp_with_its_stderr_read_is_watched():
     assert impfatal.runs_imp(["/usr/libexec/flux/flux-imp", "exec"])
     assert not impfatal.runs_imp(["/usr/bin/flux-imp-wrapper"])
-    assert imp_fg().imp_error is not None
-    assert new(cmdline=IMP).imp_error is None  # no stderr stream: nothing to read
+    assert imp_fg().answers.imp_error is not None
+    assert new(cmdline=IMP).answers.imp_error is None  # no stderr stream: nothing to read
 
 
 # ---- review 2026-12b, finding 7: the drain rests on what systemd says, not on stderr ----

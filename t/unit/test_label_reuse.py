@@ -27,7 +27,7 @@ def test_in_the_answer_grace_the_record_goes_for_a_new_exec():
         Log(syslog.LOG_INFO, LET_GO.format(p.pid)),
         ResetFailedUnit(),
     ]
-    assert p.state is S.RELEASING and p.answered_to is None
+    assert p.state is S.RELEASING and p.wait.answered_to is None
 
 
 def test_a_revived_record_goes_for_a_new_exec_instead_of_holding_the_label():

@@ -39,7 +39,7 @@ def test_waitable_unit_is_kept_as_record_then_collected():
     until a wait collects status and output; then the failed unit is reset and, once
     systemd has forgotten it, reaped."""
     proc = waitable()
-    proc.retained_output.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
+    proc.wait.retained.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
     pid = pid_of("exit-1")
     assert replay(proc, "exit-1", until=until_failed("exit-1")) == [
         Respond({"type": "started", "pid": pid}),

@@ -85,8 +85,7 @@ def adopted(acc, finished=True, adopt=True):
         cmd=types.SimpleNamespace(opts={}, label=None),
         usage=None,
         state=ProcState.ZOMBIE if finished else ProcState.RUNNING,
-        stop_sent=False,
-        reset_sent=False,
+        calls=types.SimpleNamespace(stop_sent=False, reset_sent=False),
         slice_stopped=False,
         accounting_slice=None,
     )

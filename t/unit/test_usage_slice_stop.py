@@ -56,8 +56,7 @@ def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
         cmd=types.SimpleNamespace(opts=opts, label=None),
         usage=None,
         state=ProcState.DONE,
-        stop_sent=stop_sent,
-        reset_sent=reset_sent,
+        calls=types.SimpleNamespace(stop_sent=stop_sent, reset_sent=reset_sent),
         slice_stopped=False,
         accounting_slice=None if opts else SLICE,
     )
@@ -74,8 +73,7 @@ def done_proc(gone):
         cmd=types.SimpleNamespace(opts={}, label=None),
         usage=None,
         state=ProcState.DONE,
-        stop_sent=False,
-        reset_sent=False,
+        calls=types.SimpleNamespace(stop_sent=False, reset_sent=False),
         slice_stopped=False,
         accounting_slice=SLICE,
     )
