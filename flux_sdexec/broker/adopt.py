@@ -74,7 +74,7 @@ def adopt_leftovers(svc):
 def leftover_slices(svc):
     """The accounting slices and keepers systemd has of this sdexec's unit names (instance
     and rank, ``namer.parse``) that no adopted unit uses."""
-    used = {p.accounting_slice for p in svc.registry} | {p.keeper for p in svc.registry}
+    used = svc.accounting.slices(svc.registry) | {p.keeper for p in svc.registry}
     left = []
     for name, _, _ in svc.bridge.list_units(SLICE_PATTERNS):
         unit = cgroup_usage.slice_unit(name) or keepers.keeper_unit(name)

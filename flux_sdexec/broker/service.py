@@ -110,7 +110,6 @@ class SdexecService:
         )
         self.responder = Responder(handle, log, Outbox(handle, log, self.watchers))
         self.runner = ActionRunner(self)
-        self.accounting = Accounting(self)
         # several brokers on one manager: the bus, which filters signals by unit
         self.bridge = SystemdBridge(self._unit_changed, unitstate.TRACKED, shared=namer.rank_suffix)
         self.bridge.open()
@@ -127,6 +126,9 @@ class SdexecService:
         )
         self.sweeper = Sweeper(
             self.bridge, self.bus, self.watchers, log, lambda: self.calls.deadline
+        )
+        self.accounting = Accounting(
+            handle, log, rank, self.registry, self.responder, self.bridge, self.sweeper
         )
         self.lookups = MapperLookups(
             handle,
@@ -165,7 +167,7 @@ class SdexecService:
             actions = handle(p, event)
         except Exception as exc:  # a bug in the core: nothing was changed; fail the process
             actions = fail(p, f"{type(event).__name__}: {exc!r}")
-        self.accounting.observe(p)  # read at the exit, before the answers go out
+        self.accounting.reached(p)  # its slice read at the exit, before the answers go out
         if len(actions) > 1:
             actions.sort(key=lambda a: not isinstance(a, SYSTEMD_CALLS))
         for action in actions:

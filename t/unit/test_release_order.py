@@ -169,7 +169,7 @@ def test_feed_lets_a_done_record_s_unit_go_through_releases_alone():
     p.keeper = KEEPER
     released = []
     svc = types.SimpleNamespace(
-        accounting=types.SimpleNamespace(observe=lambda p: None),
+        accounting=types.SimpleNamespace(reached=lambda p: None),
         runner=types.SimpleNamespace(run=lambda p, action: None),
         calls=types.SimpleNamespace(started=lambda unit: None),
         holds=types.SimpleNamespace(),

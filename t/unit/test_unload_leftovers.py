@@ -124,15 +124,15 @@ def service(bridge):
     log = StubLog()
     sweeper = Sweeper(bridge, StubBus(), StubWatchers(), log, lambda: 5.0)
     keepers = Keepers(bridge, StubBus(), StubWatchers(), sweeper, log, lambda: 5.0, print)
+    registry = Registry()
+    accounting = Accounting(None, log, 0, registry, None, bridge, sweeper, proc="", kmsg="")
     closing = types.SimpleNamespace(close=lambda *a: None, cancel_all=lambda *a: None)
     return types.SimpleNamespace(
         jobs_outlive_shutdown=False,
         unload_policy=handoff.KEEP_WAITABLE,
-        registry=Registry(),
+        registry=registry,
         holds=types.SimpleNamespace(held=set(), hand_over=lambda: None, close=lambda: None),
-        accounting=types.SimpleNamespace(
-            slices=lambda procs: set(), close=lambda: None, flush=lambda: None
-        ),
+        accounting=accounting,
         lookups=closing,
         after_release=closing,
         orphans=closing,
@@ -156,7 +156,7 @@ def unload_with_stops_in_flight(monkeypatch, answers):
     monkeypatch.setattr(teardown, "time", Clock())
     bridge = UnloadBridge(answers)
     svc = service(bridge)
-    Accounting._stop_slice(types.SimpleNamespace(svc=svc), SLICE)
+    svc.accounting._stop_slice(SLICE)
     svc.keepers.release(UNIT, KEEPER)
     SdexecService.unload(svc, handoff.RUN_STATE)
     return bridge, svc.log
@@ -234,20 +234,25 @@ def test_the_next_load_stops_its_leftover_slices_and_keepers_only(monkeypatch):
     others += [keeper_name(other_rank), keeper_name(other_instance)]
     others += ["app-sdexec.slice", "app.slice", "user-1000.slice", "x:tb.slice"]
     adopted = new(unit=namer.name("imp-shell-1-fB2"), adopted=True)  # found at load
-    adopted.accounting_slice = accounting_slice(adopted.unit.name, "4e5f6a7b")
+    adopted_slice = accounting_slice(adopted.unit.name, "4e5f6a7b")
     adopted.keeper = keeper_name(adopted.unit.name)
-    others += [adopted.accounting_slice, adopted.keeper]
+    others += [adopted_slice, adopted.keeper]
     bridge = LoadBridge(left + others)
     swept = []
     registry = Registry()
     registry.add(adopted)
+    sweeper = types.SimpleNamespace(sweep=lambda unit, why: swept.append(unit))
+    log = StubLog()
+    accounting = Accounting(None, log, 0, registry, None, bridge, sweeper, proc="", kmsg="")
+    accounting.adopted(adopted, {"Slice": adopted_slice})
     svc = types.SimpleNamespace(
         bridge=bridge,
         namer=namer,
         registry=registry,
         guard=handoff.guard_unit("tb", 0),
-        log=StubLog(),
-        sweeper=types.SimpleNamespace(sweep=lambda unit, why: swept.append(unit)),
+        log=log,
+        sweeper=sweeper,
+        accounting=accounting,
     )
     assert adopt.adopt_leftovers(svc) == 0
     assert sorted(swept) == sorted(left)
