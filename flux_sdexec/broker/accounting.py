@@ -2,13 +2,14 @@
 
 Every unit sdexec starts gets ``Slice=`` a slice of its own (``containment.cgroup_usage``), unless
 the client chose a slice. When the process is known to have exited, the slice's cgroup
-files are read once (5-7 small files: ~50 µs here) and the record is kept on the SdProc: logged at
-debug level, answered in ``sdexec.wait`` (field ``usage``), and, for a job shell, written to
-the job's KVS directory as ``sdexec-usage.<rank>`` by this rank (one asynchronous commit
-from each rank, beside the job's other keys; ``flux job info JOBID sdexec-usage.<rank>``).
-OOM kills of a job shell's unit become a non-fatal job exception of type ``oom``. The slice
-is stopped once the unit is gone. Nothing here blocks or raises into the caller: a failed
-read or commit is logged.
+files are read once (5-7 small files: ~50 µs here) into a ``core.usage_record.UsageRecord``,
+kept here with the rest of the process's accounting (``_Account``, written by this module
+alone): logged at debug level, answered in ``sdexec.wait`` (field ``usage``), and, for a job
+shell, written to the job's KVS directory as ``sdexec-usage.<rank>`` by this rank (one
+asynchronous commit from each rank, beside the job's other keys; ``flux job info JOBID
+sdexec-usage.<rank>``). OOM kills of a job shell's unit become a non-fatal job exception of
+type ``oom``. The slice is stopped once the unit is gone. Nothing here blocks or raises into
+the caller: a failed read or commit is logged.
 
 A job shell adopted at load may have ended under the sdexec before (a bgexec shell that
 ended while job-exec was out for an upgrade, or just before a crash): that sdexec wrote its
@@ -20,6 +21,8 @@ is the process's usage and nothing is written or raised; not there, the figures 
 the exit are written as for any exec. The KVS is the one place that survives both an
 upgrade and a crash, and a record written is never one this sdexec has to guess. A wait
 answered meanwhile goes out from the lookup's reply (``after_usage``), with the record.
+
+Imports no CLI module; flux only inside the methods that talk to the KVS and job manager.
 """
 
 import errno
@@ -27,15 +30,16 @@ import json
 import os
 import socket
 import time
+import weakref
 
 from flux_sdexec.broker.kmsg import OomLog
-from flux_sdexec.cli.unitrows import job_id
 from flux_sdexec.containment import cgroups, cgroup_usage
 from flux_sdexec.core.errors import UnitError
 from flux_sdexec.core.properties import PREFIX
+from flux_sdexec.core.shelljobs import shell_job
 from flux_sdexec.core.states import ProcState
+from flux_sdexec.core.usage_record import UsageRecord, kvs_dir, kvs_key
 
-KVS_DIR = "sdexec-usage"
 UNKNOWN_PARENT = (
     "where the accounting slices are is not known yet (no unit's process seen alive since load)"
 )
@@ -43,10 +47,35 @@ OOM_TYPE = "oom"
 
 
 class Accounting:
-    """One per SdexecService. Args: svc (its handle, rank, bridge, log), proc root."""
+    """The accounting of one SdexecService's processes.
 
-    def __init__(self, svc, proc="/proc", kmsg="/dev/kmsg"):
-        self.svc, self.proc = svc, proc
+    Args:
+        handle: the module's flux handle (KVS commits and lookups, job exceptions).
+        log: the module's BrokerLogger.
+        rank: this broker's rank.
+        registry: the service's Registry (``sdexec.usage`` answers from it).
+        responder: the service's Responder.
+        bridge: the SystemdBridge that stops slices.
+        sweeper: the Sweeper: a unit in it is let go; a slice whose stop failed goes to it.
+        proc: the /proc root; kmsg: the kernel log (v1 OOM kills).
+    """
+
+    def __init__(
+        self,
+        handle,
+        log,
+        rank,
+        registry,
+        responder,
+        bridge,
+        sweeper,
+        proc="/proc",
+        kmsg="/dev/kmsg",
+    ):
+        self.h, self.log, self.rank = handle, log, rank
+        self.registry, self.responder = registry, responder
+        self.bridge, self.sweeper = bridge, sweeper
+        self.proc = proc
         self.host = socket.gethostname()
         try:
             with open(f"{proc}/self/mountinfo") as f:
@@ -58,75 +87,84 @@ class Accounting:
         self.oom_log = OomLog.open(kmsg) if self.v1_memory else None
         self.parent = None  # app-sdexec.slice's cgroup path, learnt from the first unit seen
         self.pending = set()  # futures of commits, exceptions and lookups in flight
-        # adopted job shells whose job's record may exist already: id(p) -> (p, exit time)
-        self.unchecked = {}
-        self.checking = {}  # their lookups in flight: id(p) -> _Check
+        # SdProc -> _Account, for processes with a slice of their own. Weak: an account
+        # goes with its process (a wait may be answered in the step that makes it DONE,
+        # and a unit name is free for a new exec once the old one is released)
+        self.accounts = weakref.WeakKeyDictionary()
+        self.checking = set()  # _Checks in flight (adopted job shells' lookups)
 
     def place(self, p, props):
         """The start ``props`` of ``p`` with a slice of its own (unchanged if the client
         chose a slice: then nothing is read)."""
-        if PREFIX + "Slice" not in p.cmd.opts:
-            p.accounting_slice = cgroup_usage.accounting_slice(p.unit.name, os.urandom(4).hex())
-        if p.accounting_slice is None:
+        if PREFIX + "Slice" in p.cmd.opts:
             return props
-        return props + [("Slice", "s", p.accounting_slice)]
+        name = cgroup_usage.accounting_slice(p.unit.name, os.urandom(4).hex())
+        if name is None:
+            return props
+        self.accounts[p] = _Account(name)
+        return props + [("Slice", "s", name)]
 
     def adopted(self, p, props):
         """An adopted unit's slice, from what systemd says (``props``); a job shell's record
         is looked up before one is written (the module docstring)."""
         if cgroup_usage.is_accounting_slice(props.get("Slice")):
-            p.accounting_slice = props["Slice"]
-            if _job_of(p) is not None:
+            acct = self.accounts[p] = _Account(props["Slice"])
+            if shell_job(p) is not None:
                 exit_usec = props.get("ExecMainExitTimestamp")
-                self.unchecked[id(p)] = (p, exit_usec / 1e6 if exit_usec else None)
+                acct.unchecked = True
+                acct.exited_at = exit_usec / 1e6 if exit_usec else None
 
-    def observe(self, p):
-        """After each input of ``p``: learn where slices are, read ``p``'s at its exit, stop
-        it once sdexec is done with a unit that is gone, asked to stop or be reset, or left to
-        the sweeper (a unit let go while active, kept for the next sdexec or abandoned, keeps
-        its slice: the sdexec that stops it later stops the slice)."""
+    def reached(self, p):
+        """``p`` reached its current state (after each input): act on what it passed.
+        Its process seen alive: learn where slices are; its exit known: read its slice;
+        DONE with a unit that is gone, asked to stop or be reset, or left to the sweeper:
+        stop the slice (a unit let go while active, kept for the next sdexec or abandoned,
+        keeps its slice: the sdexec that stops it later stops the slice)."""
+        acct = self.accounts.get(p)
+        if acct is None:
+            return
         try:
-            name = p.accounting_slice
-            if name is None:
-                return
-            if p.usage is None and id(p) not in self.checking:
+            if acct.usage is None and acct.check is None:
                 if self.parent is None and p.unit.pid:
                     self._learn(p.unit.pid, p.unit.name)
-                if p.unit.finished and id(p) in self.unchecked:
-                    self._check(p)
+                if p.unit.finished and acct.unchecked:
+                    self._check(p, acct)
                 elif p.unit.finished:
-                    self._finished(p)
-            swept = p.unit.name in self.svc.sweeper  # its start unanswered, say
-            going = p.unit.gone or p.calls.stop_sent or p.calls.reset_sent or swept
-            if p.state is ProcState.DONE and going and not p.slice_stopped:
-                p.slice_stopped = True
-                self._stop_slice(name)
+                    self._finished(p, acct)
             if p.state is ProcState.DONE:
-                self.unchecked.pop(id(p), None)
+                acct.unchecked = False
+                swept = p.unit.name in self.sweeper  # its start unanswered, say
+                going = p.unit.gone or p.calls.stop_sent or p.calls.reset_sent or swept
+                if going and not acct.stopped:
+                    acct.stopped = True
+                    self._stop_slice(acct.slice)
         except Exception as exc:  # never in the way of the exec's own answers
-            self.svc.log.error(f"{p.unit.name}: usage: {exc!r}")
+            self.log.error(f"{p.unit.name}: usage: {exc!r}")
 
     def after_usage(self, p, send):
-        """Call ``send()`` once ``p.usage`` is settled: now, or from the reply of the lookup
-        of its job's record (an adopted job shell, the module docstring)."""
-        check = self.checking.get(id(p))
-        if check is None:
-            send()
+        """Call ``send(usage)`` once ``p``'s usage is settled, with its JSON (None when
+        unknown): now, or from the reply of the lookup of its job's record (an adopted job
+        shell, the module docstring)."""
+        acct = self.accounts.get(p)
+        if acct is not None and acct.check is not None:
+            acct.check.waiting.append(send)
         else:
-            check.waiting.append(send)
+            send(acct.usage_json() if acct is not None else None)
 
     def flush(self):
         """At unload: the lookups still out will not be answered; send what waits on them
         (the usage unknown: answers go without it)."""
-        checks, self.checking = list(self.checking.values()), {}
+        checks, self.checking = list(self.checking), set()
         for check in checks:
-            self.svc.log.error(f"{check.p.unit.name}: usage: unload before the job's record")
-            check.release(self.svc.log)
+            check.acct.check = None
+            self.log.error(f"{check.p.unit.name}: usage: unload before the job's record")
+            check.release(self.log)
 
     def slices(self, procs):
         """The accounting slices of ``procs`` (the guard of handed-over units stops them too,
-        should no sdexec take the units over)."""
-        return {p.accounting_slice for p in procs if p.accounting_slice is not None}
+        should no sdexec take the units over; a load stops the others it finds)."""
+        accounts = (self.accounts.get(p) for p in procs)
+        return {acct.slice for acct in accounts if acct is not None}
 
     def answer(self, msg):
         """``sdexec.usage {"jobid"?: f58plain}``: the records of this rank's job shells (all
@@ -135,18 +173,26 @@ class Accounting:
 
         want = payload_of(msg, "usage").get("jobid")
         procs = []
-        for p in list(self.svc.registry):
-            plain = job_id(p.cmd.label) or job_id(p.unit.name)
+        for p in list(self.registry):
+            plain = shell_job(p)
             if want is not None and plain != want:
                 continue
-            if p.accounting_slice is None:
+            acct = self.accounts.get(p)
+            if acct is None:
                 continue
-            check = self.checking.get(id(p))  # its job's record being looked up: it ended
-            running = p.usage is None and check is None
-            rec = p.usage if p.usage is not None else check.read if check else self._record(p)
-            entry = {"unit": p.unit.name, "jobid": plain, "running": running}
-            procs.append(dict(rec, **entry))
-        self.svc.responder.respond(msg, {"rank": self.svc.rank, "host": self.host, "procs": procs})
+            check = acct.check  # its job's record being looked up: it ended
+            running = acct.usage is None and check is None
+            if acct.usage is not None:
+                rec = acct.usage
+            else:
+                rec = check.read if check else self._record(p, acct.slice)
+            procs.append(rec.live(p.unit.name, plain, running))
+        self.responder.respond(msg, {"rank": self.rank, "host": self.host, "procs": procs})
+
+    def close(self):
+        """Close /dev/kmsg (at unload)."""
+        if self.oom_log is not None:
+            self.oom_log.close()
 
     # ---- reads ----
 
@@ -179,12 +225,12 @@ class Accounting:
 
         return read
 
-    def _record(self, p, exited_at=None):
-        """The record of ``p`` read now; ``exited_at``: when it exited, if before now."""
+    def _record(self, p, name, exited_at=None):
+        """The UsageRecord of ``p``, whose slice is ``name``, read now; ``exited_at``: when
+        it exited, if before now."""
         started = p.unit.started_at
         wall = (exited_at or time.time()) - started if started else None
         u = p.unit
-        name = p.accounting_slice
         read = self._read(f"{self.parent}/{name}")
         missing = None if self.parent is not None else UNKNOWN_PARENT
         if not u.finished:
@@ -194,56 +240,53 @@ class Accounting:
         result, status = u.result or "success", u.wait_status
         return cgroup_usage.record(self.layout, read, kills, wall, result, status, missing)
 
-    def close(self):
-        """Close /dev/kmsg (at unload)."""
-        if self.oom_log is not None:
-            self.oom_log.close()
-
-    def _finished(self, p, rec=None):
-        p.usage = rec or self._record(p)
-        self.svc.log.debug(f"{p.unit.name}: usage {json.dumps(p.usage, sort_keys=True)}")
-        plain = _job_of(p)
+    def _finished(self, p, acct, rec=None):
+        acct.usage = rec or self._record(p, acct.slice)
+        self.log.debug(f"{p.unit.name}: usage {json.dumps(acct.usage_json(), sort_keys=True)}")
+        plain = shell_job(p)
         if plain is not None:
-            self._to_job(p, plain)
+            self._to_job(p, plain, acct.usage)
 
     # ---- an adopted job shell: its job's record first ----
 
-    def _check(self, p):
+    def _check(self, p, acct):
         """Read ``p``'s slice now (it goes once p is done), and look the job's record up
         before writing one."""
-        _, exited_at = self.unchecked.pop(id(p))
-        check = self.checking[id(p)] = _Check(p, self._record(p, exited_at))
-        plain = _job_of(p)
+        acct.unchecked = False
+        check = acct.check = _Check(p, acct, self._record(p, acct.slice, acct.exited_at))
+        self.checking.add(check)
+        plain = shell_job(p)
 
         def on_reply(exc, record=None):
-            if self.checking.get(id(p)) is not check:
+            if acct.check is not check:
                 return  # flushed at unload
-            del self.checking[id(p)]
+            acct.check = None
+            self.checking.discard(check)
             try:
-                self._settle(p, plain, check.read, exc, record)
+                self._settle(p, acct, plain, check.read, exc, record)
             except Exception as bug:  # the held answers go out all the same
-                self.svc.log.error(f"{p.unit.name}: usage: {bug!r}")
-            check.release(self.svc.log)
+                self.log.error(f"{p.unit.name}: usage: {bug!r}")
+            check.release(self.log)
 
         try:
             self._lookup(plain, on_reply)
         except Exception as exc:  # not sent: whether it is written stays unknown
             on_reply(exc if isinstance(exc, OSError) else OSError(errno.EINVAL, repr(exc)))
 
-    def _settle(self, p, plain, read, exc, record):
+    def _settle(self, p, acct, plain, read, exc, record):
         """The lookup's reply: the record found is ``p``'s usage; none (ENOENT) has the one
         ``read`` at the exit written; an error leaves the KVS alone."""
         if record is not None:
-            p.usage = {k: v for k, v in record.items() if k not in _PLACE}
-            self.svc.log.info(
-                f"{p.unit.name}: usage of job {plain} on rank {self.svc.rank} was recorded "
+            acct.usage = UsageRecord.from_json(record)
+            self.log.info(
+                f"{p.unit.name}: usage of job {plain} on rank {self.rank} was recorded "
                 "by the sdexec before: kept"
             )
         elif exc is None or exc.errno == errno.ENOENT:
-            self._finished(p, read)
+            self._finished(p, acct, read)
         else:
-            p.usage = read
-            self.svc.log.error(
+            acct.usage = read
+            self.log.error(
                 f"{p.unit.name}: usage: cannot tell whether job {plain}'s record is written"
                 f" ({exc.strerror or exc}): left as it is"
             )
@@ -256,8 +299,8 @@ class Accounting:
         from flux.future import Future
         from flux.job import JobID
 
-        key = f"job.{JobID(plain).dothex}.{KVS_DIR}.{self.svc.rank}"
-        future = Future(flux.kvs.RAW.flux_kvs_lookup(self.svc.h, None, 0, key))
+        key = kvs_key(JobID(plain).dothex, self.rank)
+        future = Future(flux.kvs.RAW.flux_kvs_lookup(self.h, None, 0, key))
 
         def done(f):
             self.pending.discard(f)
@@ -279,23 +322,22 @@ class Accounting:
 
     # ---- the job's record and exception ----
 
-    def _to_job(self, p, plain):
+    def _to_job(self, p, plain, usage):
         import flux.kvs  # flux's: not in the unit tier
         from flux.job import JobID, job_raise_async
 
         jobid = JobID(plain)
-        rec = dict(p.usage, rank=self.svc.rank, host=self.host, unit=p.unit.name)
-        txn = flux.kvs.KVSTxn(self.svc.h, f"job.{jobid.dothex}.{KVS_DIR}")
-        txn.put(str(self.svc.rank), rec)
-        self._hold(flux.kvs.commit_async(self.svc.h, _kvstxn=txn), f"{p.unit.name}: usage")
-        kills = p.usage.get("oom_kills")
+        txn = flux.kvs.KVSTxn(self.h, kvs_dir(jobid.dothex))
+        txn.put(str(self.rank), usage.placed(self.rank, self.host, p.unit.name))
+        self._hold(flux.kvs.commit_async(self.h, _kvstxn=txn), f"{p.unit.name}: usage")
+        kills = usage.oom_kills
         if kills:
             limit = p.cmd.opts.get(PREFIX + "MemoryMax")
             note = (
-                f"rank {self.svc.rank} ({self.host}): {kills} task(s) killed by the OOM "
+                f"rank {self.rank} ({self.host}): {kills} task(s) killed by the OOM "
                 f"killer, " + (f"MemoryMax={limit}" if limit else "no MemoryMax set")
             )
-            future = job_raise_async(self.svc.h, jobid, OOM_TYPE, 1, note)
+            future = job_raise_async(self.h, jobid, OOM_TYPE, 1, note)
             self._hold(future, f"{p.unit.name}: oom exception")
 
     def _hold(self, future, what):
@@ -306,7 +348,7 @@ class Accounting:
             try:
                 f.get()
             except OSError as exc:
-                self.svc.log.error(f"{what}: {exc.strerror or exc}")
+                self.log.error(f"{what}: {exc.strerror or exc}")
 
         self.pending.add(future)
         future.then(done)
@@ -317,36 +359,49 @@ class Accounting:
 
         def on_reply(exc):
             if exc is not None and exc.errno != errno.ENOENT:
-                self.svc.sweeper.sweep(name, f"stop: {exc}")
+                self.sweeper.sweep(name, f"stop: {exc}")
 
         try:
-            self.svc.bridge.stop_unit(name, on_reply=on_reply)
+            self.bridge.stop_unit(name, on_reply=on_reply)
         except UnitError as exc:
             on_reply(exc)
 
 
-_PLACE = ("rank", "host", "unit")  # what a job's record adds to a process's usage
+class _Account:
+    """One process's accounting, written by Accounting alone: its slice, its usage once
+    read, and where the adopted job shell's lookup and the slice's stop are."""
 
+    __slots__ = ("slice", "usage", "unchecked", "exited_at", "check", "stopped")
 
-def _job_of(p):
-    """The f58plain job id of a job shell's SdProc ``p``, or None."""
-    return job_id(p.cmd.label) or job_id(p.unit.name)
+    def __init__(self, name):
+        self.slice = name  # the accounting slice it runs in
+        self.usage = None  # its UsageRecord, read at its exit (or its job's, adopted)
+        self.unchecked = False  # an adopted job shell whose job's record may exist already
+        self.exited_at = None  # when it exited, from systemd (adopted), epoch seconds
+        self.check = None  # the _Check of its job's record in flight
+        self.stopped = False  # its slice's stop was sent
+
+    def usage_json(self):
+        """The JSON of its usage, or None while unknown."""
+        return self.usage.to_json() if self.usage is not None else None
 
 
 class _Check:
     """One adopted job shell's lookup in flight: the record read at its exit, and the
     sends (after_usage) that wait for the reply."""
 
-    __slots__ = ("p", "read", "waiting")
+    __slots__ = ("p", "acct", "read", "waiting")
 
-    def __init__(self, p, read):
-        self.p, self.read, self.waiting = p, read, []
+    def __init__(self, p, acct, read):
+        self.p, self.acct, self.read, self.waiting = p, acct, read, []
 
     def release(self, log):
-        """Send what waits, each once; one that raises is logged."""
+        """Send what waits, each once, with the usage settled (None if unknown); one that
+        raises is logged."""
         waiting, self.waiting = self.waiting, []
+        usage = self.acct.usage_json()
         for send in waiting:
             try:
-                send()
+                send(usage)
             except Exception as exc:
                 log.error(f"{self.p.unit.name}: wait answer: {exc!r}")

@@ -95,9 +95,9 @@ class ActionRunner:
             return
         result = responses.wait_result(a.status, list(a.output))
 
-        def send():
-            if p.usage is not None:
-                result["usage"] = p.usage  # flux-core's clients read status and output only
+        def send(usage):
+            if usage is not None:
+                result["usage"] = usage  # flux-core's clients read status and output only
             self._responder.respond(a.waiter.msg, result)
 
         # an adopted job shell's usage is its job's record, looked up first (broker/accounting.py)

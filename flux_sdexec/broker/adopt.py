@@ -74,18 +74,17 @@ def adopt_leftovers(
             log.error(f"{unit}: cannot adopt ({exc}), letting it go")
             state, keeper = props.get("ActiveState", "active"), keeper_of(unit, props)
             teardown.let_go(bridge, log, unit, state, keeper=keeper)
-    for name in leftover_slices(bridge, namer, registry, keepers):
+    for name in leftover_slices(bridge, namer, accounting.slices(registry) | keepers.known()):
         sweeper.sweep(name, "left by an earlier sdexec, no unit of it adopted")
     return adopted
 
 
-def leftover_slices(bridge, namer, registry, keepers):
+def leftover_slices(bridge, namer, in_use):
     """The accounting slices and keepers systemd has of this sdexec's unit names (instance
-    and rank, ``namer.parse``) that no adopted unit uses."""
-    used = {p.accounting_slice for p in registry} | keepers.known()
+    and rank, ``namer.parse``) that are not ``in_use`` (by an adopted unit)."""
     left = []
     for name, _, _ in bridge.list_units(SLICE_PATTERNS):
         unit = cgroup_usage.slice_unit(name) or keeper_unit(name)
-        if unit is not None and name not in used and namer.parse(unit)[0]:
+        if unit is not None and name not in in_use and namer.parse(unit)[0]:
             left.append(name)
     return left

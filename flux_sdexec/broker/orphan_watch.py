@@ -11,6 +11,7 @@ A query is answered within QUERY_TIMEOUT or counts as no answer.
 
 from flux_sdexec.core import orphans
 from flux_sdexec.core.events import JobGone
+from flux_sdexec.core.shelljobs import job_number, shell_job
 
 TOPIC = "job-list.list-id"
 MAX_IN_FLIGHT = 16
@@ -79,8 +80,8 @@ class OrphanWatch:
         if len(self._in_flight) >= MAX_IN_FLIGHT:
             self._arm(unit, BUSY_DELAY)
             return
-        jobid = orphans.shell_job(p)
-        payload = {"id": orphans.job_number(jobid), "attrs": ["state"]}
+        jobid = shell_job(p)
+        payload = {"id": job_number(jobid), "attrs": ["state"]}
         future = self._h.rpc(TOPIC, payload, 0)
         self.checks += 1
         self._in_flight[future] = unit
@@ -94,7 +95,7 @@ class OrphanWatch:
             self._attempts.pop(unit, None)
             self._seen.pop(unit, None)
             return
-        jobid = orphans.shell_job(p)
+        jobid = shell_job(p)
         try:
             state = future.get()["job"]["state"]
             action, why = orphans.verdict(jobid, state=state)

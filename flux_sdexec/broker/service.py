@@ -123,6 +123,7 @@ class SdexecService:
         self.calls = calls = Calls(bridge, bus, watchers, log, systemd_timeout)
         self.catch_up = CatchUp(bridge, registry, calls, self.feed, self._lost, log, calls.deadline)
         self.sweeper = sweeper = Sweeper(bridge, bus, watchers, log, calls.deadline)
+        self.accounting = Accounting(handle, log, rank, registry, responder, bridge, sweeper)
         # waitable units stay loaded once ended (holds.py), notify ones through a bus loss
         # (keepers.py); a start of a name whose hold and keeper are not both released yet
         # waits for them (after_release.py)
@@ -133,7 +134,6 @@ class SdexecService:
             bridge, bus, watchers, sweeper, log, calls.deadline, releases.keeper_over
         )
         releases.holds, releases.keepers = self.holds, self.keepers
-        self.accounting = Accounting(self)
         self.runner = ActionRunner(
             handle, log, rank, self.settings, responder, bridge, bus, calls, sweeper, watchers,
             self.containment, self.accounting, self.feed,
@@ -170,7 +170,7 @@ class SdexecService:
             actions = handle(p, event)
         except Exception as exc:  # a bug in the core: nothing was changed; fail the process
             actions = fail(p, f"{type(event).__name__}: {exc!r}")
-        self.accounting.observe(p)  # read at the exit, before the answers go out
+        self.accounting.reached(p)  # its slice read at the exit, before the answers go out
         if len(actions) > 1:
             actions.sort(key=lambda a: not isinstance(a, SYSTEMD_CALLS))
         for action in actions:

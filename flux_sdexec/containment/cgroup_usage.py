@@ -18,8 +18,8 @@ import re
 
 from flux_sdexec.containment.cgroups import LEGACY, V2
 from flux_sdexec.core.naming import slice_escape, slice_unescape
+from flux_sdexec.core.usage_record import FIGURES, UsageRecord
 
-FIELDS = ("cpu_user_s", "cpu_sys_s", "memory_peak", "tasks_peak", "oom_kills")
 PARENT_SLICE = "app-sdexec.slice"  # every accounting slice's parent, in app.slice
 SLICE_PREFIX = "app-sdexec-"
 UNIT_NAME_MAX = 255  # systemd's longest unit name
@@ -133,14 +133,14 @@ def _tasks(read, controllers, layout, figures, why):
 
 
 def figures(layout, read, v1_oom_kills=None):
-    """``(figures, reasons)``: FIELDS from the slice's files; each None one has a reason.
+    """``(figures, reasons)``: FIGURES from the slice's files; each None one has a reason.
 
     ``v1_oom_kills``: the kernel log's count of the unit's OOM kills (v1 memory), or None.
 
     CPU in seconds (user, system), memory in bytes (what the kernel charged: anonymous
     memory and the page cache the unit's processes touched), tasks a count.
     """
-    out = dict.fromkeys(FIELDS)
+    out = dict.fromkeys(FIGURES)
     why = {}
     controllers = set() if layout == LEGACY else set((read(V2, "cgroup.controllers") or "").split())
     _cpu(read, layout, out, why)
@@ -150,16 +150,13 @@ def figures(layout, read, v1_oom_kills=None):
 
 
 def record(layout, read, v1_oom_kills, wall_s, result, status, missing=None):
-    """The usage record of one unit: figures, wall time, systemd's Result, wait status.
+    """The UsageRecord of one unit: figures, wall time, systemd's Result, wait status.
 
     ``missing``: why the slice could not be read at all (every figure null for it).
     """
     if missing is not None:
-        out, why = dict.fromkeys(FIELDS), dict.fromkeys(FIELDS, missing)
+        out, why = dict.fromkeys(FIGURES), dict.fromkeys(FIGURES, missing)
     else:
         out, why = figures(layout, read, v1_oom_kills)
-    out.update(wall_s=round(wall_s, 3) if wall_s is not None else None, result=result)
-    out["status"] = status
-    if why:
-        out["null_reasons"] = why
-    return out
+    wall_s = round(wall_s, 3) if wall_s is not None else None
+    return UsageRecord(**out, wall_s=wall_s, result=result, status=status, null_reasons=why or None)

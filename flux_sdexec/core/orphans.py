@@ -2,7 +2,7 @@
 
 A job shell's label (bgexec's ``shell-<rank>-<f58plain>``, ``imp-shell-...`` for
 multi-user jobs) or unit name (bulk-exec's verbatim ``shell-<rank>-<f58plain>.service``)
-carries its job id (``job_id``). A shell is *suspect* while it runs in the background
+carries its job id (``shelljobs.job_id``). A shell is *suspect* while it runs in the background
 and no client waits on it (``suspect``): adopted at load, or left by a job-exec that was
 removed. For each suspect the adapter (broker/orphan_watch.py) asks the instance the
 state of its job, one query at a time, at growing intervals (``check_delay``), until the
@@ -21,7 +21,7 @@ import errno
 import syslog
 
 from flux_sdexec.core.events import Log
-from flux_sdexec.core.shelljobs import job_id, job_number, shell_job  # noqa: F401 (re-exported)
+from flux_sdexec.core.shelljobs import shell_job
 from flux_sdexec.core.states import ProcState
 from flux_sdexec.core.waits import release
 

@@ -11,10 +11,9 @@ as an orphan (``orphan``, orphans.py). Flags that change together are one typed
 sub-record (``Calls``, ``Answers``, ``Wait``; each says who writes it) or one small enum
 (states.py's ``ExecAnswer``, ``Hold``), never a bag of booleans.
 
-It does not mirror the C struct field for field: no futures or watchers (the adapters
-keep them). The property watch (``watching``) and the other adapter-owned fields
-(``keeper``, ``started_at``, ``usage``, ``accounting_slice``, ``slice_stopped``,
-``job_seen``) are still here, and go to the adapters that write them.
+It does not mirror the C struct field for field: no futures or watchers, and nothing an
+adapter owns (its keeper: keepers.py; its usage and accounting slice: accounting.py; its
+job's last query: orphan_watch.py), which each keeps keyed by unit or by process.
 
 Data (plus the facts computed from it and the two orders every step may need:
 StartOutput once, and the forget policy's next call). The decisions about it live in
@@ -178,8 +177,6 @@ class SdProc:
         self.adopted = adopted  # found at load, left by an earlier sdexec
         self.cmd = cmd  # the command: argv, env, label, flags, options
         self.calls = Calls(adopted, cmd.post_start_check)  # the calls made for it
-        self.watching = False  # PropertiesChanged of the unit are watched
-        self.keeper = None  # the slice that keeps the unit loaded (systemd/keepers.py)
         self.unit = Unit(unit)  # what systemd last said about the unit
         streams = set(cmd.streams)
         self.in_ = Channel("stdin", not cmd.background)  # stdin
@@ -190,12 +187,7 @@ class SdProc:
         self.error = None  # (errno, text) for the terminal response
         self.wait = Wait(adopted, cmd.waitable)  # its waiter, grace and hold (waits.py)
         self.state = ProcState.STARTING  # where the process is (table.py)
-        self.started_at = None  # wall-clock start (epoch s), set by the adapter; sdexec.units
-        self.usage = None  # what the unit used, read at its exit (broker/accounting.py)
-        self.accounting_slice = None  # the slice of its own it runs in, if any (same)
-        self.slice_stopped = False  # its accounting slice was stopped
         self.orphan = None  # why it is stopped: its job is over (orphans.py)
-        self.job_seen = None  # what the last query of its job said (adapter; sdexec.units)
 
     def draft(self, unit=None):
         """A copy that a handler may change; ``commit()`` adopts it if the table allows.

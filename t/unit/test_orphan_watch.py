@@ -85,7 +85,7 @@ def test_a_suspect_is_asked_about_after_half_a_second_on_rank_0():
     svc.watchers.armed()[0].fire()
     (f,) = svc.h.sent
     assert (f.topic, f.nodeid) == ("job-list.list-id", 0)
-    assert f.payload == {"id": orphans.job_number("fA1"), "attrs": ["state"]}
+    assert f.payload == {"id": shelljobs.job_number("fA1"), "attrs": ["state"]}
     assert f.timeout == orphan_watch.QUERY_TIMEOUT
     assert watch.checks == 1
 

@@ -23,6 +23,7 @@ fluxpath.add()
 
 from flux_sdexec.core import handoff  # noqa: E402
 from flux_sdexec.broker import adopt  # noqa: E402
+from flux_sdexec.broker.accounting import Accounting  # noqa: E402
 from flux_sdexec.systemd import teardown  # noqa: E402
 from flux_sdexec.systemd.keepers import Keepers, keeper_name  # noqa: E402
 from flux_sdexec.containment.cgroup_usage import accounting_slice  # noqa: E402
@@ -177,14 +178,17 @@ def test_the_next_load_stops_its_leftover_slices_and_keepers_only(monkeypatch):
     others += [keeper_name(other_rank), keeper_name(other_instance)]
     others += ["app-sdexec.slice", "app.slice", "user-1000.slice", "x:tb.slice"]
     adopted = new(unit=namer.name("imp-shell-1-fB2"), adopted=True)  # found at load
-    adopted.accounting_slice = accounting_slice(adopted.unit.name, "4e5f6a7b")
-    keepers = Keepers(None, None, None, None, StubLog(), lambda: 5.0, print)
-    keepers.record(adopted.unit.name, keeper_name(adopted.unit.name))
-    others += [adopted.accounting_slice, keeper_name(adopted.unit.name)]
+    adopted_slice = accounting_slice(adopted.unit.name, "4e5f6a7b")
+    others += [adopted_slice, keeper_name(adopted.unit.name)]
+    bridge = LoadBridge(left + others)
     registry = Registry()
     registry.add(adopted)
-    found = adopt.leftover_slices(LoadBridge(left + others), namer, registry, keepers)
-    assert sorted(found) == sorted(left)
+    accounting = Accounting(None, StubLog(), 0, registry, None, bridge, None, proc="", kmsg="")
+    accounting.adopted(adopted, {"Slice": adopted_slice})
+    keepers = Keepers(None, None, None, None, StubLog(), lambda: 5.0, print)
+    keepers.record(adopted.unit.name, keeper_name(adopted.unit.name))
+    in_use = accounting.slices(registry) | keepers.known()  # as adopt_leftovers asks
+    assert sorted(adopt.leftover_slices(bridge, namer, in_use)) == sorted(left)
 
 
 def test_the_bridge_s_close_answers_the_calls_it_drops():
