@@ -53,9 +53,16 @@ import time
 
 from flux_sdexec.systemd import sdbus
 from flux_sdexec.systemd.connect import MANAGER, MANAGER_PATH, SYSTEMD, open_bus
-from flux_sdexec.systemd.sdbus import METHOD_ERROR, SIGNAL, ffi, lib
-from flux_sdexec.systemd.sdbus_append import append, append_all, append_properties
-from flux_sdexec.systemd.sdbus_props import PropsDecoder
+from flux_sdexec.systemd.sdbus import (
+    METHOD_ERROR,
+    SIGNAL,
+    PropsDecoder,
+    append,
+    append_all,
+    append_properties,
+    ffi,
+    lib,
+)
 from flux_sdexec.systemd.rare import RareCalls
 from flux_sdexec.systemd.unitsignals import UnitSignals
 from flux_sdexec.core.errors import UnitError

@@ -49,7 +49,7 @@ from flux.constants import FLUX_POLLIN
 
 from flux_sdexec.systemd import sdbus
 from flux_sdexec.systemd.connect import MANAGER, MANAGER_PATH
-from flux_sdexec.systemd.sdbus_append import append
+from flux_sdexec.systemd.sdbus import append
 
 SYSTEMD = b"org.freedesktop.systemd1"
 UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
