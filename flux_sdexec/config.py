@@ -25,7 +25,7 @@ READ_KEYS = {
     "sdexec.mapper-searchpath": "flux_sdexec/containment/mapper/mapper_service.py",
     "sdexec.allowed-devices": "flux_sdexec/containment/mapper/mapper_service.py",
     "exec.sdexec-properties": "flux_sdexec/containment/mapper/mapper_service.py",
-    "exec.method": "flux_sdexec/cli/upgrade_steps.py",
+    "exec.method": "flux_sdexec/cli/upgrade.py",
 }
 # Keys flux-core reads whose meaning flux-sdexec changes or relies on (documented there too).
 FLUX_CORE_KEYS = (
