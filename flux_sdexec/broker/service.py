@@ -15,6 +15,7 @@ import json
 import os
 
 from flux_sdexec import __version__
+from flux_sdexec import config
 from flux_sdexec.config import Settings
 from flux_sdexec.core import handoff, orphans, settle, unitstate
 from flux_sdexec.broker import adopt, introspect
@@ -98,7 +99,6 @@ class SdexecService:
         restart_grace=handoff.DEFAULT_RESTART_GRACE,
         bridge_class=SystemdBridge,
     ):
-        self.h = handle
         self.log = log
         self.rank = rank
         self.settings = Settings(debug, unload_policy, restart_grace)
@@ -226,6 +226,18 @@ class SdexecService:
             self.log.error(f"{verb}: {exc!r}")
             self.responder.respond_error(msg, errno.EINVAL, f"{verb}: internal error: {exc}")
         self.bus.pump()
+
+    def reconfigure(self, conf):
+        """``config-reload``: every key checked (RequestError) before any is applied."""
+        debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
+        check, required = config.containment_check(conf), config.containment_required(conf)
+        budget, interval = config.systemd_timeout(conf), config.orphan_check_interval(conf)
+        grace = config.restart_grace(conf)
+        self.settings.debug, self.settings.unload_policy = debug, policy
+        self.settings.restart_grace = grace
+        self.containment.configure(check, required)  # the host's set read again
+        self.calls.budget = budget
+        self.orphans.interval = interval
 
     def stats(self):
         """``sdexec.stats-get``: flux-core's per-unit ``procs`` plus our module's own facts."""

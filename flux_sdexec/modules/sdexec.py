@@ -157,15 +157,5 @@ class SdexecModule(BrokerModule):
             conf = None
         if not isinstance(conf, dict):
             raise OSError(errno.EPROTO, "Error unpacking config-reload request")
-        debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
-        check = config.containment_check(conf)
-        required = config.containment_required(conf)
-        budget = config.systemd_timeout(conf)  # every key is checked before any is applied
-        interval = config.orphan_check_interval(conf)
-        grace = config.restart_grace(conf)
-        settings = self.service.settings
-        settings.debug, settings.unload_policy, settings.restart_grace = debug, policy, grace
-        self.service.containment.configure(check, required)  # the host's set read again
-        self.service.calls.budget = budget
-        self.service.orphans.interval = interval
+        self.service.reconfigure(conf)
         self.handle.respond(msg)

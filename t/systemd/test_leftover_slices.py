@@ -11,10 +11,9 @@ from conftest import systemctl
 
 from flux_sdexec.broker import adopt
 from flux_sdexec.systemd import teardown
-from flux_sdexec.systemd.keepers import Keepers, keeper_name
+from flux_sdexec.systemd.keepers import keeper_name
 from flux_sdexec.containment.cgroup_usage import accounting_slice
 from flux_sdexec.core.naming import UnitNamer
-from flux_sdexec.core.registry import Registry
 
 LOG = logging.getLogger("test")
 
@@ -44,8 +43,7 @@ def test_leftover_slices_are_found_and_stopped(sd):
         sd.units.append(name)  # cleaned up, and checked gone, after the test
         sd.bridge.start_transient_unit(name, [("Description", "s", "pytest: a leftover")])
     assert "\\x2d" in ours[0] and len(listed(ours + theirs).splitlines()) == 4
-    keepers = Keepers(None, None, None, None, LOG, lambda: 5.0, print)  # none recorded
-    assert sorted(adopt.leftover_slices(sd.bridge, namer, Registry(), keepers)) == sorted(ours)
+    assert sorted(adopt.leftover_slices(sd.bridge, namer, set())) == sorted(ours)  # none in use
     teardown.stop_again(sd.bridge, LOG, ours)
     assert gone(ours)
     assert len(listed(theirs).splitlines()) == 2  # another rank's: untouched
