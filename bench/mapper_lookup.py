@@ -14,7 +14,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from flux_sdexec.containment.mapper import allowed  # noqa: E402
-from flux_sdexec.containment.mapper.service import MapperService  # noqa: E402
+from flux_sdexec.containment.mapper.mapper_service import MapperService  # noqa: E402
 from flux_sdexec.containment.mapper.topology import Topology  # noqa: E402
 
 R = {"version": 1, "execution": {"R_lite": [{"rank": "0", "children": {"core": "0"}}]}}

@@ -5,6 +5,7 @@ over the parent slice sdexec's units share (the same files as a unit's own slice
     python3 bench/usage_read.py [N]      (after any sdexec job made app-sdexec.slice)
 """
 
+import logging
 import sys
 import time
 import types
@@ -12,23 +13,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flux_sdexec.adapters.usage import Accounting  # noqa: E402
+from flux_sdexec.broker.accounting import Accounting  # noqa: E402
+from flux_sdexec.core.registry import Registry  # noqa: E402
 
 
 def main(n=2000):
-    acc = Accounting(types.SimpleNamespace())
+    acc = Accounting(None, logging.getLogger("bench"), 0, Registry(), None, None, set())
     acc.parent = "/app.slice"
+    name = "app-sdexec.slice"
     unit = types.SimpleNamespace(name="sdexec.service", finished=True, result=None, wait_status=0)
-    p = types.SimpleNamespace(
-        unit=unit,
-        cmd=types.SimpleNamespace(opts={}),
-        started_at=time.time(),
-        accounting_slice="app-sdexec.slice",
-    )
-    rec = acc._record(p)
+    p = types.SimpleNamespace(unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=time.time())
+    rec = acc._record(p, name).to_json()
     start = time.perf_counter()
     for _ in range(n):
-        acc._record(p)
+        acc._record(p, name)
     per = (time.perf_counter() - start) / n * 1e6
     print(f"layout {acc.layout}: {per:.0f} us per read ({n} reads); record: {rec}")
 

@@ -1,11 +1,12 @@
 """The ``[systemd]`` keys sdexec reads, validated. Pure: stdlib and the core only."""
 
+import dataclasses
 import errno
 import re
 
-from flux_sdexec import handoff, orphans, settle
+from flux_sdexec.core import handoff, orphans, settle
 from flux_sdexec.containment.enforcement import CONSTRAINTS
-from flux_sdexec.errors import RequestError
+from flux_sdexec.core.errors import RequestError
 
 _PREFIX = "error reading [systemd] config table"
 
@@ -20,11 +21,11 @@ READ_KEYS = {
     "sdexec.systemd-timeout": "flux_sdexec/config.py",
     "sdexec.orphan-check-interval": "flux_sdexec/config.py",
     "sdexec.restart-grace": "flux_sdexec/config.py",
-    "sdexec.mapper": "flux_sdexec/containment/mapper/service.py",
-    "sdexec.mapper-searchpath": "flux_sdexec/containment/mapper/service.py",
-    "sdexec.allowed-devices": "flux_sdexec/containment/mapper/service.py",
-    "exec.sdexec-properties": "flux_sdexec/containment/mapper/service.py",
-    "exec.method": "flux_sdexec/cli/upgrade_steps.py",
+    "sdexec.mapper": "flux_sdexec/containment/mapper/mapper_service.py",
+    "sdexec.mapper-searchpath": "flux_sdexec/containment/mapper/mapper_service.py",
+    "sdexec.allowed-devices": "flux_sdexec/containment/mapper/mapper_service.py",
+    "exec.sdexec-properties": "flux_sdexec/containment/mapper/mapper_service.py",
+    "exec.method": "flux_sdexec/cli/upgrade.py",
 }
 # Keys flux-core reads whose meaning flux-sdexec changes or relies on (documented there too).
 FLUX_CORE_KEYS = (
@@ -36,6 +37,15 @@ FLUX_CORE_KEYS = (
     "exec.sdexec-stop-timer-sec",
     "exec.sdexec-stop-timer-signal",
 )
+
+
+@dataclasses.dataclass
+class Settings:
+    """What ``config-reload`` changes in place, read by the parts that use it."""
+
+    debug: bool = False  # [systemd] sdexec-debug
+    unload_policy: str = handoff.KEEP_WAITABLE  # [systemd] sdexec-unload
+    restart_grace: float = handoff.DEFAULT_RESTART_GRACE  # [sdexec] restart-grace
 
 
 def _systemd_table(conf):

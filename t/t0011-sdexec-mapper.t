@@ -140,7 +140,7 @@ test_expect_success 'a mapper error reaches the client: unknown core named' '
 test_expect_success 'a job whose mapping fails gets an exception naming the core' '
 	cat >shifted.py <<-EOF &&
 	from flux_sdexec.map import HwlocMapper
-	from flux_sdexec.values import parse_idset
+	from flux_sdexec.core.values import parse_idset
 
 
 	class Shifted(HwlocMapper):

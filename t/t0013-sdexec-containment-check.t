@@ -226,14 +226,14 @@ test_expect_success CPUSET_NOT_APPLIED 'warn: the start was counted, and logged 
 	test $(grep -c ": AllowedCPUs not-enforced: .*(first seen)" rank1.log2) -eq 1
 '
 # memo.py JOBID REASON: what sdexec does for a job shell that runs without an unenforceable
-# constraint (JobMemos, adapters/memo.py), driven directly with this handle: this host has
+# constraint (JobMemos, broker/memo.py), driven directly with this handle: this host has
 # no unenforceable constraint, so no job shell of ours needs it. Prints each debug line.
 cat >memo.py <<-EOF
 	import sys
 	import flux
 	from flux.job import JobID
-	from flux_sdexec.adapters.memo import JobMemos
-	from flux_sdexec.adapters.watchers import Watchers
+	from flux_sdexec.broker.memo import JobMemos
+	from flux_sdexec.broker.watchers import Watchers
 
 
 	class Log:

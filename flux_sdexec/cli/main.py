@@ -5,10 +5,11 @@ Each module in SUBCOMMANDS has ``register(subparsers)``, which adds its parser a
 """
 
 import argparse
-import importlib
 import sys
 
-SUBCOMMANDS = ("status", "units", "usage", "map", "upgrade")
+from flux_sdexec.cli import map_cmd, status, units, upgrade, usage
+
+SUBCOMMANDS = (status, units, usage, map_cmd, upgrade)
 
 
 def parser():
@@ -17,8 +18,8 @@ def parser():
         prog="flux sdexec", description="See and manage the sdexec service on every rank."
     )
     subparsers = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in SUBCOMMANDS:
-        importlib.import_module(f"flux_sdexec.cli.{name}").register(subparsers)
+    for subcommand in SUBCOMMANDS:
+        subcommand.register(subparsers)
     return top
 
 

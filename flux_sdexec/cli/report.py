@@ -10,7 +10,7 @@ passes).
 
 import errno
 
-from flux_sdexec.cli.table import render
+from flux_sdexec.cli.columns import render
 from flux_sdexec.containment.mapper.base import encode_idset
 
 OK = "ok"

@@ -2,14 +2,14 @@
 
 Job shells carry the job id in their label (flux-core's bgexec: ``shell-<rank>-<f58plain>``,
 ``imp-shell-...`` for multi-user jobs) or unit name (bulk-exec's verbatim
-``shell-<rank>-<f58plain>.service``); ``job_id`` reads it back (f58plain, which the command
-prints as flux does: ``ƒ`` in a UTF-8 locale). Pure: stdlib only.
+``shell-<rank>-<f58plain>.service``); ``core.shelljobs.job_id`` reads it back (f58plain,
+which the command prints as flux does: ``ƒ`` in a UTF-8 locale). Pure: stdlib only.
 """
 
 import time
 
-from flux_sdexec.cli.table import render
-from flux_sdexec.orphans import job_id
+from flux_sdexec.cli.columns import render
+from flux_sdexec.core.shelljobs import job_id
 
 UNTRACKED = "untracked"
 # the state shown for a job shell being stopped because its job is over (orphans.py)

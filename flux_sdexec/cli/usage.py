@@ -13,8 +13,7 @@ import flux.kvs
 from flux.job import JobID
 
 from flux_sdexec.cli import ask, usagerows
-
-KVS_DIR = "sdexec-usage"
+from flux_sdexec.core.usage_record import kvs_dir, total
 
 
 def register(subparsers):
@@ -33,7 +32,7 @@ def register(subparsers):
 def _kept(h, jobid):
     """``{rank: record}`` from the job's KVS directory."""
     try:
-        directory = flux.kvs.get_dir(h, f"job.{jobid.dothex}.{KVS_DIR}")
+        directory = flux.kvs.get_dir(h, kvs_dir(jobid.dothex))
     except FileNotFoundError:
         return {}
     return {int(rank): directory[rank] for rank in directory.keys()}
@@ -75,7 +74,7 @@ def run(args):
             print(f"flux-sdexec: {text}: no usage record (not an sdexec job?)", file=sys.stderr)
             status = 1
             continue
-        document[jobid.f58] = {"ranks": recs, "total": usagerows.total(recs)}
+        document[jobid.f58] = {"ranks": recs, "total": total(recs)}
         table += usagerows.rows(jobid.f58, recs)
     if args.output == "json":
         json.dump(document, sys.stdout, indent=2, ensure_ascii=False)

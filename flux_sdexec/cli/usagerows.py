@@ -1,10 +1,12 @@
-"""``flux sdexec usage`` without flux: a job's per-rank records to rows and a total. Pure.
+"""``flux sdexec usage`` without flux: a job's per-rank records to table rows. Pure.
 
-A record is what ``adapters/usage.py`` keeps for one job shell (the job's KVS key
-``sdexec-usage.<rank>``, or a rank's live ``sdexec.usage`` answer while it runs).
+A record is the JSON of a ``core.usage_record.UsageRecord`` with its rank and host (the
+job's KVS key ``sdexec-usage.<rank>``, or a rank's live ``sdexec.usage`` answer while it
+runs, marked ``running``).
 """
 
-from flux_sdexec.cli.table import render
+from flux_sdexec.cli.columns import render
+from flux_sdexec.core.usage_record import UsageRecord, total
 
 COLUMNS = (
     ("JOBID", "jobid"),
@@ -32,55 +34,22 @@ def _bytes(value):
         value /= 1024
 
 
-def total(records):
-    """The job's total: CPU summed, peak memory and tasks the largest (with the rank of
-    the memory peak), OOM kills summed; a figure no rank gave stays None."""
-
-    def values(key):
-        return [r[key] for r in records if r.get(key) is not None]
-
-    def summed(key):
-        found = values(key)
-        return round(sum(found), 6) if found else None
-
-    peak = max(
-        (r for r in records if r.get("memory_peak") is not None),
-        key=lambda r: r["memory_peak"],
-        default=None,
-    )
-    tasks = values("tasks_peak")
-    return {
-        "ranks": len(records),
-        "cpu_user_s": summed("cpu_user_s"),
-        "cpu_sys_s": summed("cpu_sys_s"),
-        "memory_peak": peak["memory_peak"] if peak else None,
-        "memory_peak_rank": peak["rank"] if peak else None,
-        "tasks_peak": max(tasks) if tasks else None,
-        "oom_kills": summed("oom_kills"),
-    }
-
-
-def _result(record):
-    if record.get("running"):
-        return "running"
-    return record.get("result")
-
-
 def rows(jobid, records):
     """Table rows of one job: one per rank (rank order), then the total."""
     out = []
     for r in sorted(records, key=lambda r: r["rank"]):
+        u = UsageRecord.from_json(r)
         out.append(
             {
                 "jobid": jobid,
                 "rank": r["rank"],
                 "host": r.get("host"),
-                "user": _seconds(r.get("cpu_user_s")),
-                "sys": _seconds(r.get("cpu_sys_s")),
-                "maxmem": _bytes(r.get("memory_peak")),
-                "tasks": r.get("tasks_peak"),
-                "oom": r.get("oom_kills"),
-                "result": _result(r),
+                "user": _seconds(u.cpu_user_s),
+                "sys": _seconds(u.cpu_sys_s),
+                "maxmem": _bytes(u.memory_peak),
+                "tasks": u.tasks_peak,
+                "oom": u.oom_kills,
+                "result": "running" if r.get("running") else u.result,
             }
         )
     t = total(records)

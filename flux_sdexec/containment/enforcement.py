@@ -50,7 +50,7 @@ from flux_sdexec.containment.device_rules import (
     is_multiuser_unit,
 )
 from flux_sdexec.containment.limit_rules import FILES, V1_RULES, V2_RULES, v1_memory_high
-from flux_sdexec.properties import PREFIX
+from flux_sdexec.core.properties import PREFIX
 from flux_sdexec.containment.verdicts import (
     ENFORCED,
     LOGGED_MAX,

@@ -7,7 +7,7 @@ hierarchy that holds the controller (None when unreadable), ``host`` the
 of each constraint per cgroup version; ``FILES`` names the files.
 """
 
-from flux_sdexec.values import parse_idset, parse_size
+from flux_sdexec.core.values import parse_idset, parse_size
 from flux_sdexec.containment.verdicts import ENFORCED, NOT_CHECKABLE, NOT_ENFORCED
 
 # constraint -> (controller, cgroup v2 file, cgroup v1 file)

@@ -9,8 +9,8 @@ A failed lookup fails the exec with the mapper's reason.
 import errno
 import re
 
-from flux_sdexec.errors import RequestError
-from flux_sdexec.properties import PREFIX
+from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.properties import PREFIX
 
 LOOKUP_TOPIC = "sdexec-mapper.lookup"
 NOT_LOADED_TEXT = (

@@ -8,7 +8,8 @@ flux-core's, name it in ``[modules]``::
     [modules]
     sdexec-mapper.module = "/path/to/flux_sdexec/modules/sdexec-mapper.py"
 
-Only wiring lives here; the logic is ``flux_sdexec.containment.mapper.service.MapperService``.
+Only wiring lives here; the logic is
+``flux_sdexec.containment.mapper.mapper_service.MapperService``.
 """
 
 import errno
@@ -24,7 +25,7 @@ if (_ROOT / "flux_sdexec" / "__init__.py").is_file():
 
 from flux.brokermod import BrokerModule, request_handler  # noqa: E402
 
-from flux_sdexec.containment.mapper.service import MapperService  # noqa: E402
+from flux_sdexec.containment.mapper.mapper_service import MapperService  # noqa: E402
 
 
 class SdexecMapperModule(BrokerModule):

@@ -9,7 +9,7 @@ FLUX_MODULE_PATH_PREPEND, or a site names this file in ``[modules]``::
     sdexec.module = "/path/to/flux_sdexec/modules/sdexec.py"
 
 Only wiring lives here: each handler hands its message to
-``flux_sdexec.adapters.requests.Requests`` through ``SdexecService.serve``.
+``flux_sdexec.broker.requests.Requests`` through ``SdexecService.serve``.
 """
 
 import errno
@@ -27,11 +27,11 @@ if (_ROOT / "flux_sdexec" / "__init__.py").is_file():
 
 from flux.brokermod import BrokerModule, event_handler, request_handler  # noqa: E402
 
-from flux_sdexec import config, naming  # noqa: E402
-from flux_sdexec.adapters.brokerstate import broker_state  # noqa: E402
-from flux_sdexec.adapters.requests import Requests  # noqa: E402
-from flux_sdexec.adapters.service import SdexecService  # noqa: E402
-from flux_sdexec.adapters.watchers import guarded  # noqa: E402
+from flux_sdexec import config  # noqa: E402
+from flux_sdexec.core import naming  # noqa: E402
+from flux_sdexec.broker.brokerstate import broker_state  # noqa: E402
+from flux_sdexec.broker.service import SdexecService  # noqa: E402
+from flux_sdexec.broker.watchers import guarded  # noqa: E402
 
 # rank 0 answers in milliseconds; a follower in rc1 once waited forever for it (3 nodes)
 UUID_TIMEOUT = 30.0
@@ -74,7 +74,7 @@ class SdexecModule(BrokerModule):
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
             raise
-        self.requests = Requests(self.service)
+        self.requests = self.service.requests
         self.log.info(f"units named <label>:{namer.instance}.service (glob {namer.glob})")
         self.log.info(f"systemd reached through {self.service.bridge.via}")
         # the broker SIGTERMs a module still loaded at exit: unload cleanly then too
@@ -157,15 +157,5 @@ class SdexecModule(BrokerModule):
             conf = None
         if not isinstance(conf, dict):
             raise OSError(errno.EPROTO, "Error unpacking config-reload request")
-        debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
-        check = config.containment_check(conf)
-        required = config.containment_required(conf)
-        budget = config.systemd_timeout(conf)  # every key is checked before any is applied
-        interval = config.orphan_check_interval(conf)
-        grace = config.restart_grace(conf)
-        self.service.debug, self.service.unload_policy = debug, policy
-        self.service.containment.configure(check, required)  # the host's set read again
-        self.service.calls.budget = budget
-        self.service.orphans.interval = interval
-        self.service.restart_grace = grace
+        self.service.reconfigure(conf)
         self.handle.respond(msg)

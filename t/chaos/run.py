@@ -14,7 +14,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -90,15 +89,6 @@ def parse_args(argv):
     return args
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.inner:
-        from . import inner  # needs flux: only under flux start
-
-        return inner.main(args)
-    return outer(args)
-
-
 def say(text):
     print(text, flush=True)
 
@@ -140,7 +130,7 @@ def list_units_failed():
 
 def unit_globs(instance, glob, bulk_exec):
     """What no unit may match after the run: the instance's units (``glob``), their keepers
-    (adapters/systemd/keepers.py) and accounting slices, the guard; with ``bulk_exec`` (on
+    (systemd/keepers.py) and accounting slices, the guard; with ``bulk_exec`` (on
     the nodes) job-exec's own names too, their keepers and slices."""
     globs = [glob, glob.replace(".service", ".slice"), f"app-sdexec-*:{instance}_*.slice"]
     globs.append(f"sdexec-guard-*-{instance}.service")

@@ -228,7 +228,7 @@ sdexec_dmesg_has() {
 # name our module logged at load (should they differ).
 sdexec_no_units_left() {
     # a systemctl that fails (the manager reexecuting) lists nothing: that is no answer
-    # (keeper slices, adapters/systemd/keepers.py, are named after their units)
+    # (keeper slices, systemd/keepers.py, are named after their units)
     _sdexec_units=$(systemctl --user list-units --all --plain --no-legend \
         "*:${1:-$SDEXEC_INSTANCE}.service" "*:${1:-$SDEXEC_INSTANCE}.slice") &&
         test -z "$_sdexec_units"

@@ -56,7 +56,7 @@ shell_units_of() {
         awk '{print $1}'
 }
 # keepers_of ID: the keeper slices of those units (imp\x2dshell\x2d<rank>\x2d<jobid>...slice,
-# where the brokers share the manager: adapters/systemd/keepers.py).
+# where the brokers share the manager: systemd/keepers.py).
 keepers_of() {
     _f58=$(owner flux job id --to=f58plain "$1")
     user_systemctl list-units --all --plain --no-legend "imp?x2dshell?x2d*$_f58*.slice" |

@@ -21,7 +21,7 @@ sys.path.insert(0, TOP)
 
 
 def _add_flux_python_path():
-    """Make flux's Python bindings importable (the channel tests use flux.constants)."""
+    """Make flux's Python bindings importable (the holds and adoption tests use the broker side)."""
     try:
         import flux  # noqa: F401
     except ImportError:
@@ -36,8 +36,8 @@ def _add_flux_python_path():
 
 _add_flux_python_path()
 
-from flux_sdexec.adapters.systemd.bridge import SystemdBridge  # noqa: E402
-from flux_sdexec.unitstate import TRACKED  # noqa: E402
+from flux_sdexec.systemd.bridge import SystemdBridge  # noqa: E402
+from flux_sdexec.core.unitstate import TRACKED  # noqa: E402
 
 WAIT_TIMEOUT = 10.0
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from flux_sdexec.errors import UnitError
-from flux_sdexec.unitstate import TRACKED
+from flux_sdexec.core.errors import UnitError
+from flux_sdexec.core.unitstate import TRACKED
 
 from conftest import WAIT_TIMEOUT, exec_props
 

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from conftest import Harness, state
-from flux_sdexec.errors import UnitError
+from flux_sdexec.core.errors import UnitError
 
 TRUE, SLEEP = "/bin/true", "/bin/sleep"
 

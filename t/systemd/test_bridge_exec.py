@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from flux_sdexec.errors import UnitError
+from flux_sdexec.core.errors import UnitError
 
 TRUE, FALSE, SH, SLEEP = "/bin/true", "/bin/false", "/bin/sh", "/bin/sleep"
 

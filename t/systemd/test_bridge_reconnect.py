@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from flux_sdexec.errors import UnitError
+from flux_sdexec.core.errors import UnitError
 
 from conftest import WAIT_TIMEOUT
 from test_bridge_async import Replies

@@ -10,8 +10,8 @@ import time
 
 from conftest import WAIT_TIMEOUT, systemctl
 
-from flux_sdexec import handoff
-from flux_sdexec.adapters.systemd import guard
+from flux_sdexec.core import handoff
+from flux_sdexec.systemd import guard
 
 LOG = logging.getLogger("test")
 # as job-exec runs the IMP: only the main process gets the stop's SIGTERM, no stop timeout

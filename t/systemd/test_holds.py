@@ -6,7 +6,7 @@ import time
 
 from conftest import systemctl
 
-from flux_sdexec.adapters.systemd.holds import Holds
+from flux_sdexec.systemd.holds import Holds
 
 NOTIFY = (("Type", "s", "notify"), ("NotifyAccess", "s", "all"), ("RemainAfterExit", "b", False))
 

@@ -17,11 +17,15 @@ from test_holds import ended_inactive, shown, unloaded
 
 flux = pytest.importorskip("flux", reason="flux's Python bindings are not installed")
 
-from flux_sdexec.adapters.systemd.holds import UNREF_TIMEOUT, Holds  # noqa: E402
-from flux_sdexec.adapters.watchers import Watchers  # noqa: E402
-from flux_sdexec.errors import UnitError  # noqa: E402
+from flux_sdexec.systemd.holds import UNREF_TIMEOUT, Holds  # noqa: E402
+from flux_sdexec.broker.watchers import Watchers  # noqa: E402
+from flux_sdexec.core.errors import UnitError  # noqa: E402
 
 LOG = logging.getLogger("test")
+REQUESTS_PARTS = (
+    "log rank settings local_uri namer registry feed responder bridge bus calls sweeper watchers"
+    " keepers releases after_release lookups listings orphans accounting stats"
+).split()
 BOUND = 5.0  # seconds any reactor run below may take
 
 
@@ -111,26 +115,27 @@ def test_the_name_is_free_for_a_start_once_released(sd, tmp_path):
 def test_an_exec_of_a_name_being_released_waits_for_on_released():
     """requests.py: a start whose unit name's Unref is not answered yet waits in
     after_release and is served once on_released says the name is free."""
-    from types import SimpleNamespace
-
-    from flux_sdexec.adapters.after_release import StartsAfterRelease
-    from flux_sdexec.adapters.requests import Requests
-    from flux_sdexec.protocol import ExecRequest
-    from flux_sdexec.registry import Registry
+    from flux_sdexec.broker.after_release import StartsAfterRelease
+    from flux_sdexec.broker.requests import Requests
+    from flux_sdexec.core.naming import UnitNamer
+    from flux_sdexec.core.protocol import ExecRequest
+    from flux_sdexec.core.registry import Registry
 
     served, unit = [], "L:t1.service"
     after = StartsAfterRelease(
         lambda msg, verb, func: served.append(msg), lambda *a: None, lambda msg: "client"
     )
     releasing = {unit}
-    svc = SimpleNamespace(
-        registry=Registry(),
-        after_release=after,
-        releases=SimpleNamespace(pending=lambda name: name in releasing),
-        namer=SimpleNamespace(name=lambda label, verbatim: f"{label}:t1.service"),
-    )
+
+    class Releasing:
+        def pending(self, name):
+            return name in releasing
+
+    parts = {name: None for name in REQUESTS_PARTS}  # none is needed before the start waits
+    parts.update(registry=Registry(), after_release=after, releases=Releasing())
+    parts.update(namer=UnitNamer("t1", 0, False))
     req = ExecRequest(cmdline=["/bin/true"], env={}, label="L", background=True)
-    assert Requests(svc)._start("msg", req) == unit
+    assert Requests(**parts)._start("msg", req) == unit
     assert after.has(unit=unit) and served == []  # nothing started: no bridge was needed
     releasing.clear()
     after.gone(unit)  # what the service's on_released does

@@ -17,8 +17,8 @@ from conftest import systemctl
 
 flux = pytest.importorskip("flux", reason="flux's Python bindings are not installed")
 
-from flux_sdexec.adapters.systemd.holds import Holds  # noqa: E402
-from flux_sdexec.adapters.watchers import Watchers  # noqa: E402
+from flux_sdexec.systemd.holds import Holds  # noqa: E402
+from flux_sdexec.broker.watchers import Watchers  # noqa: E402
 
 LOG = logging.getLogger("test")
 UNITS = 60

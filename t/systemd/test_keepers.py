@@ -5,7 +5,7 @@ stopping the keeper unloads both, and stopping the unit stops its keeper."""
 from conftest import exec_props, systemctl
 from test_holds import NOTIFY, shown, unloaded
 
-from flux_sdexec.adapters.systemd.keepers import with_keeper
+from flux_sdexec.systemd.keepers import with_keeper
 
 
 def start_with_keeper(sd, gate):

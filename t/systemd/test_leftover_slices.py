@@ -6,16 +6,14 @@ rank only, and stopped by the unload's bounded second stop (teardown.stop_again)
 import logging
 import time
 import uuid
-from types import SimpleNamespace
 
 from conftest import systemctl
 
-from flux_sdexec.adapters import adopt
-from flux_sdexec.adapters.systemd import teardown
-from flux_sdexec.adapters.systemd.keepers import keeper_name
-from flux_sdexec.containment.usage import accounting_slice
-from flux_sdexec.naming import UnitNamer
-from flux_sdexec.registry import Registry
+from flux_sdexec.broker import adopt
+from flux_sdexec.systemd import teardown
+from flux_sdexec.systemd.keepers import keeper_name
+from flux_sdexec.containment.cgroup_usage import accounting_slice
+from flux_sdexec.core.naming import UnitNamer
 
 LOG = logging.getLogger("test")
 
@@ -45,8 +43,7 @@ def test_leftover_slices_are_found_and_stopped(sd):
         sd.units.append(name)  # cleaned up, and checked gone, after the test
         sd.bridge.start_transient_unit(name, [("Description", "s", "pytest: a leftover")])
     assert "\\x2d" in ours[0] and len(listed(ours + theirs).splitlines()) == 4
-    svc = SimpleNamespace(bridge=sd.bridge, registry=Registry(), namer=namer)
-    assert sorted(adopt.leftover_slices(svc)) == sorted(ours)
+    assert sorted(adopt.leftover_slices(sd.bridge, namer, set())) == sorted(ours)  # none in use
     teardown.stop_again(sd.bridge, LOG, ours)
     assert gone(ours)
     assert len(listed(theirs).splitlines()) == 2  # another rank's: untouched

@@ -7,7 +7,7 @@ test machine (v1 controllers, a v2 hierarchy with no controllers, systemd 252).
 """
 
 from flux_sdexec.containment import cgroups
-from flux_sdexec.adapters import cgroup
+from flux_sdexec.broker import containment_check
 
 PID = 4242
 GIB = 1 << 30
@@ -74,7 +74,9 @@ class Tree:
         programs the kernel says are attached to a cgroup directory (None: it does not say)."""
         return {
             v.constraint: (v.outcome, v.reason, v.hierarchy)
-            for v in cgroup.check_containment(PID, wanted, self.name, str(self.proc), programs)
+            for v in containment_check.check_containment(
+                PID, wanted, self.name, str(self.proc), programs
+            )
         }
 
 

@@ -6,11 +6,12 @@ import pathlib
 import signal
 
 from flux_sdexec.containment.enforcement import PostStartCheck
-from flux_sdexec.events import OutputClosed, UnitChanged
-from flux_sdexec.machine import handle
-from flux_sdexec.protocol import ExecRequest
-from flux_sdexec.sdproc import SdProc
-from flux_sdexec.states import ProcState
+from flux_sdexec.core.events import OutputClosed, UnitChanged
+from flux_sdexec.core.linebuf import DEFAULT_BUFSIZE
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.protocol import ExecRequest
+from flux_sdexec.core.sdproc import SdProc
+from flux_sdexec.core.states import ProcState
 
 # a post-start check as a constrained job shell asks for it (opaque to the core)
 CHECK = PostStartCheck({"AllowedCPUs": "0"}, constrained=True)
@@ -28,8 +29,11 @@ def new(
     adopted=False,
     request="exec-request",
     unit="u.service",
+    line_buffer=True,
+    bufsize=DEFAULT_BUFSIZE,
 ):
-    """An SdProc for ``unit``, as the exec handler (or adoption) makes it."""
+    """An SdProc for ``unit``, as the exec handler (or adoption) makes it; ``line_buffer``
+    and ``bufsize`` are both output streams' options."""
     cmd = ExecRequest(
         cmdline=list(cmdline),
         env={},
@@ -40,6 +44,8 @@ def new(
         stop_timer_sec=stop_timer_sec,
         stop_signal=stop_signal,
         post_start_check=post_start_check,
+        line_buffer={"stdout": line_buffer, "stderr": line_buffer},
+        bufsize={"stdout": bufsize, "stderr": bufsize},
     )
     return SdProc(None if adopted else request, cmd, unit, adopted=adopted)
 

@@ -8,7 +8,7 @@ watchers) a test fires by hand. No flux, no systemd, no sleeping.
 
 import errno
 
-from flux_sdexec.errors import UnitError
+from flux_sdexec.core.errors import UnitError
 
 
 class StubTimer:

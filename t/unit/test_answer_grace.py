@@ -10,8 +10,8 @@ import errno
 import syslog
 from dataclasses import dataclass
 
-from flux_sdexec import handoff
-from flux_sdexec.events import (
+from flux_sdexec.core import handoff
+from flux_sdexec.core.events import (
     AnswerMaybeLost,
     AnswerWait,
     ArmGrace,
@@ -25,10 +25,10 @@ from flux_sdexec.events import (
     WaitRequested,
     HoldsStart,
 )
-from flux_sdexec.machine import handle
-from flux_sdexec.registry import Registry
-from flux_sdexec.states import ProcState
-from flux_sdexec.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.registry import Registry
+from flux_sdexec.core.states import Hold, ProcState
+from flux_sdexec.core.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
 
 from helpers import new, pid_of, replay, until_failed
 
@@ -54,7 +54,7 @@ def running(label="shell-0-f1", unit="shell-0-f1:t1.service"):
     """A job shell that runs and has written one line."""
     p = new(["/bin/false"], label=label, unit=unit, background=True, waitable=True, request=EXEC)
     replay(p, "exit-1", until=6)
-    p.retained_output.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
+    p.wait.retained.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
     assert p.state is S.RUNNING
     return p
 
@@ -66,7 +66,7 @@ def collected(p, sender="job-exec-1"):
     actions = replay(p, "exit-1", until=until_failed("exit-1"), since=6)
     assert actions[-2:] == [AnswerWait(waiter, 256, OUTPUT), ArmGrace(ANSWER_GRACE)]
     assert StopUnit() not in actions and ResetFailedUnit() not in actions
-    assert p.state is S.ANSWERED and p.answered_to is waiter
+    assert p.state is S.ANSWERED and p.wait.answered_to is waiter
     return waiter
 
 
@@ -88,7 +88,7 @@ def test_connected_client_a_second_wait_finds_nothing_and_the_grace_lets_the_uni
     assert registry.find(-1, "shell-0-f1") is None
     assert registry.find(p.pid, None) is None
     assert handle(p, GraceExpired()) == [ResetFailedUnit()]
-    assert p.state is S.RELEASING and p.answered_to is None
+    assert p.state is S.RELEASING and p.wait.answered_to is None
     assert handle(p, UnitChanged({"ActiveState": "inactive", "SubState": "dead"})) == [Reap()]
 
 
@@ -104,7 +104,7 @@ def test_client_gone_within_the_grace_revives_the_record_for_the_next_client():
         Log(syslog.LOG_INFO, LOST),
         ArmGrace(RECORD_HOLD),
     ]
-    assert p.state is S.ZOMBIE and p.visible and p.answered_to is None
+    assert p.state is S.ZOMBIE and p.visible and p.wait.answered_to is None
     assert registry.find(-1, "shell-0-f1") is p
     assert registry.find(p.pid, None) is p
     recollect(p, "job-exec-2")
@@ -154,7 +154,7 @@ def test_a_wait_answered_at_once_lets_the_record_go_as_before():
     registry.add(p)
     replay(p, "exit-1", until=until_failed("exit-1"), since=6)
     recollect(p, "flux-sproc-wait")
-    assert p.answered_to is None and registry.find(-1, "shell-0-f1") is None
+    assert p.wait.answered_to is None and registry.find(-1, "shell-0-f1") is None
 
 
 def test_clean_unload_hands_over_a_revived_record_and_stops_an_answered_one():
@@ -211,7 +211,7 @@ def test_an_adopted_zombie_is_held_from_the_first_wait_then_let_go():
     since load (job-exec loaded at last); nobody asking for it then, it goes."""
     p, actions = adopted_failed()
     assert actions[-1] == ArmGrace(FIRST_WAIT_BOUND)
-    assert p.state is S.ZOMBIE and p.visible and p.held
+    assert p.state is S.ZOMBIE and p.visible and p.wait.hold is not Hold.NONE
     text = f"L[9]: a client waits: collectable for {RECORD_HOLD:g}s"
     assert handle(p, HoldsStart("a client waits")) == [
         Log(syslog.LOG_INFO, text),
@@ -269,7 +269,7 @@ def test_an_adopted_zombie_collected_within_the_hold_goes_at_once():
     handle(p, UnitChanged(props))
     waiter = Waiter("job-exec-2")
     assert handle(p, WaitRequested(waiter)) == [AnswerWait(waiter, 0), StopUnit()]
-    assert not p.held
+    assert p.wait.hold is Hold.NONE
     assert handle(p, GraceExpired()) == []  # the hold's timer, already armed, is stale
 
 
@@ -279,4 +279,4 @@ def test_a_zombie_of_our_own_exec_waits_for_its_wait_unbounded():
     assert replay(p, "exit-1", until=until_failed("exit-1"), since=6)[-1] == Log(
         syslog.LOG_INFO, f"shell-0-f1[{p.pid}]: Exit 1"
     )
-    assert p.state is S.ZOMBIE and not p.held
+    assert p.state is S.ZOMBIE and p.wait.hold is Hold.NONE

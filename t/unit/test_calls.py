@@ -1,12 +1,12 @@
-"""adapters/systemd/calls.py on a stubbed bus: each call answered exactly once."""
+"""systemd/calls.py on a stubbed bus: each call answered exactly once."""
 
 import errno
 import signal
 
 import pytest
 
-from flux_sdexec.adapters.systemd.calls import Calls
-from flux_sdexec.errors import UnitError
+from flux_sdexec.systemd.calls import Calls
+from flux_sdexec.core.errors import UnitError
 
 from stubs import StubBridge, StubBus, StubLog, StubWatchers
 

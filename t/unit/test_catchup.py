@@ -1,15 +1,15 @@
-"""The catch-up after a reconnect (adapters/catchup.py), on real SdProcs and the real state
+"""The catch-up after a reconnect (broker/catchup.py), on real SdProcs and the real state
 machine, with systemd's answers stubbed: issue 22, finding 1 (a unit systemd stopped and
 forgot while the connection was down) and finding 7 (the reads do not block)."""
 
 import errno
 
-from flux_sdexec.adapters.catchup import CatchUp
-from flux_sdexec.errors import UnitError
-from flux_sdexec.events import AnswerWait, RespondError, StopUnit, UnitChanged, WaitRequested
-from flux_sdexec.machine import handle
-from flux_sdexec.registry import Registry
-from flux_sdexec.states import ProcState
+from flux_sdexec.broker.catchup import CatchUp
+from flux_sdexec.core.errors import UnitError
+from flux_sdexec.core.events import AnswerWait, RespondError, StopUnit, UnitChanged, WaitRequested
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.registry import Registry
+from flux_sdexec.core.states import ProcState
 
 from helpers import new
 

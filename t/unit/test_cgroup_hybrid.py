@@ -3,7 +3,7 @@ controllers (this project's test machine, systemd 252).
 """
 
 from flux_sdexec.containment import cgroups, enforcement
-from flux_sdexec.adapters import cgroup
+from flux_sdexec.broker import containment_check
 from flux_sdexec.containment.enforcement import ENFORCED, NOT_CHECKABLE, NOT_ENFORCED
 
 from cgroup_trees import PID, GIB, UNIT, V1_MAX, Tree, hybrid_files
@@ -43,7 +43,7 @@ def test_hybrid_enforced_limits_are_read_from_v1(hybrid):
 
 def test_hybrid_device_allow_checks_each_resolved_node(hybrid):
     hybrid_files(hybrid)
-    cg = cgroup.unit_cgroups(PID, str(hybrid.proc))
+    cg = containment_check.unit_cgroups(PID, str(hybrid.proc))
     cg = enforcement.UnitCgroups(
         cg.layout, cg.paths, cg.read, {"/dev/loop0": "b 7:0", "/dev/loop1": "b 7:1"}
     )

@@ -3,7 +3,7 @@ cgroup) over fake trees, and the 160-byte limit on every reason.
 """
 
 from flux_sdexec.containment import cgroups
-from flux_sdexec.adapters import cgroup
+from flux_sdexec.broker import containment_check
 from flux_sdexec.containment.enforcement import ENFORCED, NOT_ENFORCED
 
 from cgroup_trees import PID, UNIT, SLICE, Tree, hybrid_files
@@ -12,7 +12,7 @@ from cgroup_trees import PID, UNIT, SLICE, Tree, hybrid_files
 def test_layout_is_read_from_the_mounts(tmp_path):
     for layout in (cgroups.UNIFIED, cgroups.HYBRID, cgroups.LEGACY):
         tree = Tree(tmp_path / layout, layout)
-        assert cgroup.detect_layout(str(tree.proc)) == layout
+        assert containment_check.detect_layout(str(tree.proc)) == layout
 
 
 def test_proc_cgroup_and_co_mounted_controllers():
@@ -94,6 +94,6 @@ def test_every_reason_fits_flux_cores_error_text(tmp_path):
                 "DevicePolicy": "strict",
                 "DeviceAllow": "/dev/loop0 rw",
             }
-            for v in cgroup.check_containment(PID, wanted, UNIT, str(tree.proc)):
+            for v in containment_check.check_containment(PID, wanted, UNIT, str(tree.proc)):
                 longest.append(len(f"{v.constraint} not enforced: {v.reason}".encode()))
     assert max(longest) < 160

@@ -3,18 +3,19 @@
 import time
 
 from flux_sdexec.cli import unitrows
-from flux_sdexec.cli.table import render
+from flux_sdexec.core.shelljobs import job_id
+from flux_sdexec.cli.columns import render
 
 
 def test_job_id_from_bgexec_labels_and_bulk_exec_unit_names():
     """bgexec's shell-<rank>-<f58plain> label (imp-shell- for multi-user jobs), a rank-suffixed
     unit name, bulk-exec's verbatim unit name: the job id (f58plain); anything else: None."""
-    assert unitrows.job_id("shell-0-f2Xz9") == "f2Xz9"
-    assert unitrows.job_id("imp-shell-12-fABC") == "fABC"
-    assert unitrows.job_id("shell-3-fhihGvK-3:t1234abcd.service") == "fhihGvK"
-    assert unitrows.job_id("shell-1-fhihGvK.service") == "fhihGvK"
+    assert job_id("shell-0-f2Xz9") == "f2Xz9"
+    assert job_id("imp-shell-12-fABC") == "fABC"
+    assert job_id("shell-3-fhihGvK-3:t1234abcd.service") == "fhihGvK"
+    assert job_id("shell-1-fhihGvK.service") == "fhihGvK"
     for other in (None, "", "mylabel", "shell-fABC", "shell-0-f0OIl", "xshell-0-fABC"):
-        assert unitrows.job_id(other) is None
+        assert job_id(other) is None
 
 
 def test_rows_tracked_then_untracked_per_rank():

@@ -4,9 +4,9 @@ import errno
 
 import pytest
 
-from flux_sdexec import protocol
+from flux_sdexec.core import protocol
 from flux_sdexec.containment import lookup
-from flux_sdexec.errors import RequestError
+from flux_sdexec.core.errors import RequestError
 
 
 def request(**opts):

@@ -9,7 +9,7 @@ remembered by class (without pids and values) and at most LOGGED_MAX classes.
 import string
 
 from flux_sdexec.containment import enforcement
-from flux_sdexec.adapters import cgroup
+from flux_sdexec.broker import containment_check
 from flux_sdexec.containment.enforcement import NOT_CHECKABLE, NOT_ENFORCED, PostStartCheck, Verdict
 
 GONE_PIDS = range(4_000_000, 4_001_000)  # above any pid_max: no such process
@@ -26,7 +26,7 @@ class Log:
 def test_a_thousand_short_execs_log_one_line_per_constraint():
     """Each exec's process is gone before the check: one warning per constraint in all."""
     log = Log()
-    checker = cgroup.ContainmentChecker(log, "warn")
+    checker = containment_check.ContainmentChecker(log, "warn")
     spec = PostStartCheck({"MemoryMax": "1G", "TasksMax": "10"}, constrained=False)
     for pid in GONE_PIDS:
         assert checker.check(pid, spec, f"x{pid}:t1.service") is None
@@ -71,9 +71,11 @@ def test_at_most_logged_max_classes_then_one_line_saying_so(monkeypatch):
         "".join(string.ascii_lowercase[(n // 26**i) % 26] for i in range(3)) for n in range(1000)
     )
     verdicts = iter([Verdict("CPUQuota", NOT_ENFORCED, f"reason {w}")] for w in words)
-    monkeypatch.setattr(cgroup, "check_containment", lambda pid, wanted, unit, proc: next(verdicts))
+    monkeypatch.setattr(
+        containment_check, "check_containment", lambda pid, wanted, unit, proc: next(verdicts)
+    )
     log = Log()
-    checker = cgroup.ContainmentChecker(log, "warn")
+    checker = containment_check.ContainmentChecker(log, "warn")
     spec = PostStartCheck({"CPUQuota": "20%"}, constrained=False)
     for pid in range(1000):
         checker.check(pid, spec, "u.service")

@@ -141,7 +141,7 @@ def _chained_table(node):
 def keys_read_by_the_code():
     """``{"table.key" or "?.key": file}`` the package reads: anywhere, a ``.get(TABLE).get(KEY)``
     chain (a config object asked of the broker); and every lowercase ``.get`` of the files
-    READ_KEYS names that read whole tables (config.py, mapper/service.py: no chains), the
+    READ_KEYS names that read whole tables (config.py, mapper/mapper_service.py: no chains), the
     table taken from READ_KEYS ("?" when it lists no such key)."""
     known = {k.split(".", 1)[1]: k for k in config.READ_KEYS}
     found, plain = {}, {}

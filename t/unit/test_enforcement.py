@@ -14,8 +14,8 @@ from flux_sdexec.containment.enforcement import (
     UNENFORCEABLE,
     PostStartCheck,
 )
-from flux_sdexec.errors import RequestError
-from flux_sdexec.protocol import ExecRequest
+from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.protocol import ExecRequest
 
 
 def request(**opts):

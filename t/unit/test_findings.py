@@ -1,7 +1,7 @@
 """Bugs found by reading the core against its anchors (issue 9), one test each.
 
 Finding 4 (watcher callbacks without a guard) needs flux's watchers: it is in
-t/systemd/test_channels.py.
+t/unit/test_channels.py.
 """
 
 import errno
@@ -14,7 +14,7 @@ import syslog
 
 import pytest
 
-from flux_sdexec.events import (
+from flux_sdexec.core.events import (
     ContainmentChecked,
     AnswerWait,
     ArmTimer,
@@ -29,15 +29,23 @@ from flux_sdexec.events import (
     UnitChanged,
     WaitRequested,
 )
-from flux_sdexec import table
-from flux_sdexec.machine import fail, handle
-from flux_sdexec.states import ProcState
+from flux_sdexec.core import table
+from flux_sdexec.core.machine import fail, handle
+from flux_sdexec.core.states import ProcState
 
 from helpers import feed, new
 
 
 def vars_of(obj):
     return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+def fields_of(proc):
+    """Every field of SdProc ``proc``, a sub-record's named ``record.field``."""
+    fields = dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out))
+    for record in ("calls", "answers", "wait"):
+        fields.update({f"{record}.{k}": v for k, v in vars_of(fields.pop(record)).items()})
+    return fields
 
 
 TOP = pathlib.Path(__file__).resolve().parents[2]
@@ -85,7 +93,7 @@ def test_disallowed_input_changes_nothing_and_fails_the_process_once():
     moves to a terminal error that answers the exec request once and releases the unit."""
     proc = new(["sh"], streams=("stdout",))
     feed(proc, *map(UnitChanged, RUNNING))
-    before = dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out))
+    before = fields_of(proc)
     text = "internal error: ContainmentChecked in state RUNNING"
     assert handle(proc, ContainmentChecked("too late")) == [
         Log(syslog.LOG_ERR, f"u.service: {text}"),
@@ -93,9 +101,9 @@ def test_disallowed_input_changes_nothing_and_fails_the_process_once():
         CloseChannels(),
         StopUnit(),
     ]
-    after = dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out))
+    after = fields_of(proc)
     changed = {k for k in before if before[k] != after[k]}
-    assert changed == {"state", "error", "stop_sent"}
+    assert changed == {"state", "error", "calls.stop_sent"}
     assert proc.state is ProcState.RELEASING and proc.error == (errno.EINVAL, text)
     later = feed(proc, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
     assert later == [Reap()]
@@ -138,7 +146,7 @@ def test_a_handler_that_raises_leaves_the_process_as_it_was(monkeypatch):
     changing fields changes nothing; the adapter then fails the process once (machine.fail)."""
     proc = new(["sh"], streams=("stdout",))
     feed(proc, *map(UnitChanged, RUNNING))
-    before = dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out))
+    before = fields_of(proc)
 
     def half_done(p, event, out):
         p.error, p.out.eof = (errno.EIO, "half"), True
@@ -148,7 +156,7 @@ def test_a_handler_that_raises_leaves_the_process_as_it_was(monkeypatch):
     monkeypatch.setitem(table.TABLE, (ProcState.RUNNING, OutputClosed), (targets, half_done))
     with pytest.raises(RuntimeError):
         handle(proc, OutputClosed("stdout"))
-    assert dict(vars(proc), unit=vars_of(proc.unit), out=vars_of(proc.out)) == before
+    assert fields_of(proc) == before
     text = "internal error: OutputClosed: RuntimeError('bug') in state RUNNING"
     assert fail(proc, "OutputClosed: RuntimeError('bug')")[:2] == [
         Log(syslog.LOG_ERR, f"u.service: {text}"),

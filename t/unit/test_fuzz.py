@@ -20,8 +20,8 @@ import os
 import random
 import signal
 
-from flux_sdexec import handoff
-from flux_sdexec.events import (
+from flux_sdexec.core import handoff
+from flux_sdexec.core.events import (
     AnswerMaybeLost,
     ContainmentChecked,
     AnswerWait,
@@ -50,8 +50,8 @@ from flux_sdexec.events import (
     WaitRequested,
     WaiterGone,
 )
-from flux_sdexec.machine import handle
-from flux_sdexec.states import ESCALATING, ProcState, StopStage
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.states import ESCALATING, ProcState, StopStage
 
 from helpers import CHECK, new
 from sim import FATES, SimUnit
@@ -109,7 +109,7 @@ class Walk:
         self.depth -= 1
         if self.depth:
             return  # an answer fed while carrying out an outer list: check after all of it
-        assert p.state is not ProcState.DONE or p.waiter is None, "DONE with a parked waiter"
+        assert p.state is not ProcState.DONE or p.wait.waiter is None, "DONE with a parked waiter"
         armed = p.stop.stage is not StopStage.IDLE
         assert self.timer == armed, f"timer {self.timer} but stage {p.stop.stage!r}"
         assert not self.timer or p.state in ESCALATING, f"timer armed in {p.state!r}"
@@ -167,11 +167,11 @@ class Walk:
             out += sim.spontaneous()
         if not settling:
             visible = p.visible and p.state is not ProcState.DONE
-            if self.waitable and visible and p.waiter is None:
+            if self.waitable and visible and p.wait.waiter is None:
                 out.append(self.wait)
-            if p.waiter is not None:
+            if p.wait.waiter is not None:
                 out.append(self.waiter_gone)
-            if p.answered_to is not None:
+            if p.wait.answered_to is not None:
                 out.append(self.answer_maybe_lost)
             out.append(lambda: self.feed(ClientGone()))
         return out
@@ -199,7 +199,7 @@ class Walk:
         self.feed(WaitRequested(waiter))
 
     def waiter_gone(self):
-        self.gone_waiters.add(id(self.p.waiter))
+        self.gone_waiters.add(id(self.p.wait.waiter))
         self.feed(WaiterGone())
 
     def refuse(self):

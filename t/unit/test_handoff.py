@@ -9,9 +9,11 @@ import syslog
 
 import pytest
 
-from flux_sdexec import config, handoff
-from flux_sdexec.errors import RequestError
-from flux_sdexec.events import (
+from flux_sdexec import config
+
+from flux_sdexec.core import handoff
+from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.events import (
     AnswerWait,
     Log,
     OutputClosed,
@@ -22,8 +24,8 @@ from flux_sdexec.events import (
     Unloading,
     WaitRequested,
 )
-from flux_sdexec.machine import handle
-from flux_sdexec.states import ProcState
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.states import ProcState
 
 from helpers import new, pid_of, replay, until_failed, until_state
 
@@ -110,7 +112,7 @@ def test_a_gone_or_failed_process_is_not_kept():
 
 def test_an_ended_unit_sdexec_holds_loaded_is_kept():
     """A waitable process whose unit ended inactive (an IMP's: STOPPING=1) but that sdexec
-    still holds loaded (Unit.Ref, adapters/systemd/holds.py) is handed over with its status."""
+    still holds loaded (Unit.Ref, systemd/holds.py) is handed over with its status."""
     ended = proc("ended:t1.service")
     replay(ended, "exit-1", until=until_failed("exit-1"))
     handle(ended, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
@@ -158,7 +160,7 @@ def test_at_a_shutdown_its_jobs_outlive_a_kept_units_wait_is_not_answered():
         ),
         Reap(),
     ]
-    assert p.state is ProcState.DONE and p.waiter is None
+    assert p.state is ProcState.DONE and p.wait.waiter is None
 
 
 def test_an_unkept_unit_is_still_stopped():

@@ -11,9 +11,9 @@ from stubs import StubLog, StubWatchers
 
 fluxpath.add()
 
-from flux_sdexec.adapters.systemd import holds as holds_mod  # noqa: E402
-from flux_sdexec.adapters.systemd import sdbus  # noqa: E402
-from flux_sdexec.adapters.systemd.holds import Holds  # noqa: E402
+from flux_sdexec.systemd import holds as holds_mod  # noqa: E402
+from flux_sdexec.systemd import sdbus  # noqa: E402
+from flux_sdexec.systemd.holds import Holds  # noqa: E402
 
 
 class Call:

@@ -11,7 +11,7 @@ import pytest
 from cgroup_trees import GIB, PAGE, Tree
 
 from flux_sdexec.containment import cgroups, hostlimits
-from flux_sdexec.adapters import host
+from flux_sdexec.containment import host
 from flux_sdexec.containment.enforcement import ENFORCED, NOT_ENFORCED
 
 

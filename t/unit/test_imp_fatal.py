@@ -7,9 +7,13 @@ reported ready; after lost signals, only when a read says so (review 2026-12b, f
 import errno
 import syslog
 
-from flux_sdexec import impfatal
-from flux_sdexec.adapters.sinks import output_sink
-from flux_sdexec.events import (
+import fluxpath
+
+fluxpath.add()
+
+from flux_sdexec.core import impfatal  # noqa: E402
+from flux_sdexec.broker.output import OutputReader  # noqa: E402
+from flux_sdexec.core.events import (  # noqa: E402
     AnswerWait,
     DrainOutput,
     DrainRank,
@@ -22,9 +26,10 @@ from flux_sdexec.events import (
     UnitChanged,
     WaitRequested,
 )
-from flux_sdexec.states import ProcState
+from flux_sdexec.core.states import ProcState  # noqa: E402
 
-from helpers import feed, new
+from helpers import feed, new  # noqa: E402
+from stubs import StubLog, StubWatchers  # noqa: E402
 
 IMP = ["/usr/libexec/flux/flux-imp", "exec", "/usr/libexec/flux/flux-shell", "ƒ2vAnGmk"]
 LINE = b"flux-imp: Fatal: exec: shell not in allowed-shells\n"
@@ -41,14 +46,25 @@ READY = {"ActiveState": "active", "SubState": "running", "ExecMainPID": PID}
 GONE = {"ActiveState": "inactive", "SubState": "dead"}
 
 
-class Responder:
-    """What output_sink sends a foreground client, recorded."""
+class Outbox:
+    """What the stderr reader sends a foreground client, recorded."""
 
     def __init__(self):
         self.sent = []
 
-    def respond_raw(self, msg, data, flow):
-        self.sent.append(data)
+    def respond(self, msg, errnum, text, flow=None):
+        self.sent.append(text)
+
+
+def write_stderr(proc, lines):
+    """``lines`` written to ``proc``'s stderr and read by its OutputReader; what it sent."""
+    outbox = Outbox()
+    reader = OutputReader(StubWatchers(), StubLog(), proc, "stderr", "0", outbox, None)
+    for line in lines:
+        reader.remote.sendall(line)
+        reader.drain()
+    reader.close()
+    return outbox
 
 
 class Request:
@@ -72,14 +88,11 @@ def imp_bg(label="imp-shell-0-f2vAnGmk"):
 
 
 def run_fg(proc, props, stderr=(LINE,)):
-    """Signals, the stderr lines through the foreground sink, EOFs, the unit gone."""
-    responder = Responder()
-    sink = output_sink(responder, proc, "stderr", "0", None)
+    """Signals, the stderr lines through the foreground reader, EOFs, the unit gone."""
     actions = feed(proc, *(UnitChanged(s) for s in props))
-    for line in stderr:
-        sink(line, False)
+    outbox = write_stderr(proc, stderr)
     actions += feed(proc, OutputClosed("stdout"), OutputClosed("stderr"), UnitChanged(GONE))
-    return actions, responder
+    return actions, outbox
 
 
 def answers(actions):
@@ -88,14 +101,14 @@ def answers(actions):
 
 def test_bulk_exec_gets_the_imps_line_as_eperm_and_the_rank_is_drained():
     proc = imp_fg()
-    actions, responder = run_fg(proc, REFUSED)
+    actions, outbox = run_fg(proc, REFUSED)
     assert answers(actions) == [
         Respond({"type": "started", "pid": PID}),
         RespondError(errno.EPERM, TEXT),
     ]
     assert DrainRank(f"IMP error for job {JOB}: {TEXT}") in actions
     assert Log(syslog.LOG_ERR, f"flux-imp[{PID}]: {TEXT}") in actions
-    assert b"shell not in allowed-shells" in responder.sent[0]  # the stderr went out as usual
+    assert b"shell not in allowed-shells" in outbox.sent[0]  # the stderr went out as usual
     assert proc.state is ProcState.DONE
 
 
@@ -170,8 +183,8 @@ def test_the_last_fatal_line_is_kept_and_bounded():
 def test_only_the_imp_with_its_stderr_read_is_watched():
     assert impfatal.runs_imp(["/usr/libexec/flux/flux-imp", "exec"])
     assert not impfatal.runs_imp(["/usr/bin/flux-imp-wrapper"])
-    assert imp_fg().imp_error is not None
-    assert new(cmdline=IMP).imp_error is None  # no stderr stream: nothing to read
+    assert imp_fg().answers.imp_error is not None
+    assert new(cmdline=IMP).answers.imp_error is None  # no stderr stream: nothing to read
 
 
 # ---- review 2026-12b, finding 7: the drain rests on what systemd says, not on stderr ----
@@ -196,9 +209,7 @@ def through_a_catch_up(read, stderr=(LINE,)):
 
     svc = Service()
     proc = svc.track(imp_fg(), REFUSED[0])
-    sink = output_sink(Responder(), proc, "stderr", "0", None)
-    for line in stderr:
-        sink(line, False)
+    write_stderr(proc, stderr)
     svc.catch_up.catch_up()
     svc.bridge.answer(proc.unit.name, read)
     for event in (OutputClosed("stdout"), OutputClosed("stderr"), UnitChanged(GONE)):

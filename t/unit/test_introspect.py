@@ -1,12 +1,12 @@
 """What stats-get adds for flux sdexec status: how systemd is reached, processes per state;
 what sdexec.units says of a suspect or orphan shell."""
 
-from flux_sdexec.adapters import introspect
-from flux_sdexec.events import JobGone, WaitRequested
-from flux_sdexec.machine import handle
-from flux_sdexec.protocol import ExecRequest
-from flux_sdexec.sdproc import SdProc
-from flux_sdexec.states import ProcState
+from flux_sdexec.broker import introspect
+from flux_sdexec.core.events import JobGone, WaitRequested
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.protocol import ExecRequest
+from flux_sdexec.core.sdproc import SdProc
+from flux_sdexec.core.states import ProcState
 
 from test_orphans import shell
 
@@ -41,12 +41,11 @@ def test_tracked_counts_every_live_state_counted():
 def test_proc_entry_shows_what_a_suspect_shell_s_job_was_seen_as_only_while_suspect():
     """A job shell nobody waits on: its last job query's answer; waited on again: none; an
     orphan being stopped: its reason."""
-    p = shell()
-    p.job_seen = "job fuMFe9D is RUN"
-    assert introspect.proc_entry(p)["job"] == "job fuMFe9D is RUN"
-    assert introspect.proc_entry(p)["orphan"] is None
+    p, seen = shell(), "job fuMFe9D is RUN"
+    assert introspect.proc_entry(p, seen)["job"] == "job fuMFe9D is RUN"
+    assert introspect.proc_entry(p, seen)["orphan"] is None
     handle(p, WaitRequested("job-exec"))
-    assert introspect.proc_entry(p)["job"] is None
+    assert introspect.proc_entry(p, seen)["job"] is None
     q = shell()
     handle(q, JobGone("job fuMFe9D is inactive"))
-    assert introspect.proc_entry(q)["orphan"] == "job fuMFe9D is inactive"
+    assert introspect.proc_entry(q, None)["orphan"] == "job fuMFe9D is inactive"

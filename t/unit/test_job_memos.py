@@ -1,4 +1,4 @@
-"""The memo naming the constraints a job shell runs without (adapters/memo.py).
+"""The memo naming the constraints a job shell runs without (broker/memo.py).
 
 A constrained job shell that runs with an unenforceable constraint not enforced (a device
 policy on cgroup v2: test_unenforceable.py) gets one ``job-manager.memo`` per job per rank,
@@ -8,9 +8,9 @@ failure is logged at debug level. Stub handle and futures: no flux, no sleeping.
 
 import errno
 
-from flux_sdexec import shelljobs
-from flux_sdexec.adapters import memo
-from flux_sdexec.adapters.memo import JobMemos
+from flux_sdexec.core import shelljobs
+from flux_sdexec.broker import memo
+from flux_sdexec.broker.memo import JobMemos
 
 from stubs import StubLog, StubWatchers
 from test_orphan_watch import StubHandle

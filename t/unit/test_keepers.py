@@ -1,10 +1,10 @@
-"""Keeper slices (adapters/systemd/keepers.py): which units get one, and its name."""
+"""Keeper slices (systemd/keepers.py): which units get one, and its name."""
 
 import errno
 
 from stubs import StubBridge, StubBus, StubLog, StubWatchers
 
-from flux_sdexec.adapters.systemd.keepers import (
+from flux_sdexec.systemd.keepers import (
     LOOKS_MAX,
     LOST_LOOKS_MAX,
     Keepers,
@@ -12,7 +12,7 @@ from flux_sdexec.adapters.systemd.keepers import (
     keeper_of,
     with_keeper,
 )
-from flux_sdexec.errors import UnitError
+from flux_sdexec.core.errors import UnitError
 
 NOTIFY = [("ExecStart", "a(sasb)", []), ("Type", "s", "notify")]
 

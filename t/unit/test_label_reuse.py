@@ -5,11 +5,11 @@ at once for a new exec, which waits for the old unit to go (its name is the labe
 import errno
 import syslog
 
-from flux_sdexec.adapters.after_release import DISCONNECT_TEXT, StartsAfterRelease
-from flux_sdexec.events import AnswerMaybeLost, LabelReused, Log, ResetFailedUnit, UnitChanged
-from flux_sdexec.machine import handle
-from flux_sdexec.registry import Registry
-from flux_sdexec.states import ProcState
+from flux_sdexec.broker.after_release import DISCONNECT_TEXT, StartsAfterRelease
+from flux_sdexec.core.events import AnswerMaybeLost, LabelReused, Log, ResetFailedUnit, UnitChanged
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.registry import Registry
+from flux_sdexec.core.states import ProcState
 
 from helpers import new, replay, until_failed
 from test_answer_grace import collected, running
@@ -27,7 +27,7 @@ def test_in_the_answer_grace_the_record_goes_for_a_new_exec():
         Log(syslog.LOG_INFO, LET_GO.format(p.pid)),
         ResetFailedUnit(),
     ]
-    assert p.state is S.RELEASING and p.answered_to is None
+    assert p.state is S.RELEASING and p.wait.answered_to is None
 
 
 def test_a_revived_record_goes_for_a_new_exec_instead_of_holding_the_label():

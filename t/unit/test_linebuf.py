@@ -1,6 +1,6 @@
 """Output chunking (one line per message in line mode) and the retained tail of a waitable."""
 
-from flux_sdexec.linebuf import OutputBuffer, RetainedOutput
+from flux_sdexec.core.linebuf import OutputBuffer, RetainedOutput
 
 
 def test_line_mode_one_line_per_chunk():

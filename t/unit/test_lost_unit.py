@@ -5,11 +5,18 @@ not with a bare "killed" status that names nothing."""
 
 import errno
 
-from flux_sdexec.adapters.cgroup import pid_in_unit
-from flux_sdexec.events import AnswerWait, Reap, RespondError, UnitChanged, UnitLost, WaitRequested
-from flux_sdexec.machine import handle
-from flux_sdexec.states import ProcState
-from flux_sdexec.unitstate import lost_signals
+from flux_sdexec.broker.containment_check import pid_in_unit
+from flux_sdexec.core.events import (
+    AnswerWait,
+    Reap,
+    RespondError,
+    UnitChanged,
+    UnitLost,
+    WaitRequested,
+)
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.states import ProcState
+from flux_sdexec.core.unitstate import lost_signals
 
 from helpers import new, pid_of, replay, until_state
 

@@ -1,16 +1,16 @@
-"""The state machine's own kills (adapters/actions.py) on a stubbed bus: settled as
+"""The state machine's own kills (broker/actions.py) on a stubbed bus: settled as
 ``sdexec.kill``'s are (calls.py), so one lost to a reconnect is sent again."""
 
 import errno
 import signal
-from types import SimpleNamespace
 
 import pytest
 
-from flux_sdexec.adapters.actions import ActionRunner
-from flux_sdexec.adapters.systemd.calls import Calls
-from flux_sdexec.errors import UnitError
-from flux_sdexec.events import (
+from flux_sdexec.broker.actions import ActionRunner
+from flux_sdexec.config import Settings
+from flux_sdexec.systemd.calls import Calls
+from flux_sdexec.core.errors import UnitError
+from flux_sdexec.core.events import (
     ClientGone,
     ContainmentChecked,
     KillUnit,
@@ -46,16 +46,25 @@ def stop_timer_step():
     return p, StopTimerExpired(), signal.SIGTERM
 
 
+class Parts:
+    """The systemd side of the action runner: stub bridge, bus and timers, real Calls."""
+
+    def __init__(self):
+        self.bridge, self.bus, self.log = StubBridge(), StubBus(), StubLog()
+        self.calls = Calls(self.bridge, self.bus, StubWatchers(), self.log, budget=300.0)
+
+
 @pytest.fixture
 def svc():
-    bridge, watchers, log, bus = StubBridge(), StubWatchers(), StubLog(), StubBus()
-    calls = Calls(bridge, bus, watchers, log, budget=300.0)
-    return SimpleNamespace(bridge=bridge, bus=bus, log=log, debug=False, calls=calls)
+    return Parts()
 
 
 def run(svc, p, event):
     """Feed ``event`` and carry out its systemd calls as the service does."""
-    runner = ActionRunner(svc)
+    runner = ActionRunner(
+        None, svc.log, 0, Settings(), None, svc.bridge, svc.bus, svc.calls, None, None, None,
+        None, None,
+    )  # fmt: skip
     for action in feed(p, event):
         if isinstance(action, KillUnit):
             runner.run(p, action)

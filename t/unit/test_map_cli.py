@@ -4,7 +4,7 @@ import json
 
 from conftest import HWLOC
 
-from flux_sdexec.containment import map as cli
+from flux_sdexec.containment.mapper import command as cli
 
 SYNTHETIC = str(HWLOC / "synthetic.xml")
 

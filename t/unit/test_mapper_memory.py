@@ -12,7 +12,7 @@ import errno
 import pytest
 from conftest import xml
 
-from flux_sdexec import properties
+from flux_sdexec.core import properties
 from flux_sdexec.containment.mapper import HwlocMapper, memory
 
 GIB = 1 << 30

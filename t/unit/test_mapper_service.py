@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import xml
 
-from flux_sdexec.containment.mapper.service import MapperService
+from flux_sdexec.containment.mapper.mapper_service import MapperService
 
 R = {"version": 1, "execution": {"R_lite": [{"rank": "0", "children": {"core": "0"}}]}}
 CUSTOM = '''

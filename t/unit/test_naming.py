@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from flux_sdexec.errors import RequestError
-from flux_sdexec.naming import UnitNamer, check_unit_name, needs_rank_suffix, render_instance
+from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.naming import UnitNamer, check_unit_name, needs_rank_suffix, render_instance
 
 
 def test_render_instance_nested_paths_become_f58plain():
@@ -89,7 +89,7 @@ def test_check_unit_name_rejects(name):
 
 
 def test_only_an_unnamed_top_level_test_instance_needs_rank_0s_uuid():
-    from flux_sdexec.naming import needs_instance_uuid
+    from flux_sdexec.core.naming import needs_instance_uuid
 
     assert needs_instance_uuid("/", False)
     assert not needs_instance_uuid("/", True)  # the system instance: sys

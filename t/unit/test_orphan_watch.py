@@ -1,14 +1,14 @@
-"""The orphan watch's own logic (adapters/orphan_watch.py): when it asks, what it asks,
+"""The orphan watch's own logic (broker/orphan_watch.py): when it asks, what it asks,
 how often, and what it does with the answer. Stub handle and timers: no flux, no sleeping."""
 
 import errno
 
-from flux_sdexec import orphans, shelljobs
-from flux_sdexec.adapters import orphan_watch
-from flux_sdexec.adapters.orphan_watch import OrphanWatch
-from flux_sdexec.events import StopUnit, WaitRequested
-from flux_sdexec.machine import handle
-from flux_sdexec.registry import Registry
+from flux_sdexec.core import orphans, shelljobs
+from flux_sdexec.broker import orphan_watch
+from flux_sdexec.broker.orphan_watch import OrphanWatch
+from flux_sdexec.core.events import StopUnit, WaitRequested
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.registry import Registry
 
 from stubs import StubLog, StubWatchers
 from test_orphans import shell
@@ -44,8 +44,9 @@ class StubHandle:
         return f
 
 
-class StubService:
-    """What the watch uses of an SdexecService; ``feed`` runs the real state machine."""
+class Parts:
+    """The watch's parts: a stub handle, log and timers, a real registry, and a ``feed``
+    that runs the real state machine."""
 
     def __init__(self):
         self.h = StubHandle()
@@ -59,14 +60,15 @@ class StubService:
 
 
 def watched(n=1):
-    svc = StubService()
+    svc = Parts()
     procs = []
     for i in range(n):
         jobid = f"fA{shelljobs.F58_DIGITS[i]}"  # fA1, fA2, ...
         p = shell(label=f"shell-1-{jobid}", unit=f"shell-1-{jobid}-1:t1.service")
         svc.registry.add(p)
         procs.append(p)
-    return svc, OrphanWatch(svc, interval=10.0), procs
+    watch = OrphanWatch(svc.h, svc.log, svc.watchers, svc.registry, svc.feed, interval=10.0)
+    return svc, watch, procs
 
 
 def state(value):
@@ -83,7 +85,7 @@ def test_a_suspect_is_asked_about_after_half_a_second_on_rank_0():
     svc.watchers.armed()[0].fire()
     (f,) = svc.h.sent
     assert (f.topic, f.nodeid) == ("job-list.list-id", 0)
-    assert f.payload == {"id": orphans.job_number("fA1"), "attrs": ["state"]}
+    assert f.payload == {"id": shelljobs.job_number("fA1"), "attrs": ["state"]}
     assert f.timeout == orphan_watch.QUERY_TIMEOUT
     assert watch.checks == 1
 
@@ -100,7 +102,7 @@ def test_an_active_job_keeps_its_shell_and_is_asked_again_less_often():
         delays.append(svc.watchers.armed()[0].after)
     assert delays == [1.0, 2.0, 4.0, 10.0, 10.0, 10.0]
     assert svc.actions == [] and p.orphan is None
-    assert p.job_seen == "job fA1 is RUN"
+    assert watch.job_seen(p.unit.name) == "job fA1 is RUN"
 
 
 def test_an_inactive_job_stops_its_shell_once():
@@ -143,13 +145,18 @@ def test_a_shell_waited_on_again_or_forgotten_is_dropped_without_asking():
     svc, watch, (p, q) = watched(2)
     watch.consider(p)
     watch.consider(q)
-    p.job_seen = "job fA1 is RUN"
+    for t in svc.watchers.armed():
+        t.fire()
+    for f in svc.h.sent:
+        f.reply(state(RUN))  # both running: asked again later
+    assert watch.job_seen(p.unit.name) == "job fA1 is RUN"
+    asked = len(svc.h.sent)
     handle(p, WaitRequested("job-exec"))
     svc.registry.remove(q)
     for t in svc.watchers.armed():
         t.fire()
-    assert svc.h.sent == [] and svc.watchers.armed() == []
-    assert p.job_seen is None
+    assert len(svc.h.sent) == asked and svc.watchers.armed() == []
+    assert watch.job_seen(p.unit.name) is None and watch.job_seen(q.unit.name) is None
 
 
 def test_at_most_max_in_flight_queries_at_once():

@@ -6,11 +6,13 @@ import syslog
 
 import pytest
 
-from flux_sdexec import config, orphans
-from flux_sdexec.errors import RequestError
-from flux_sdexec.events import JobGone, Log, StopUnit, WaitRequested
-from flux_sdexec.machine import handle
-from flux_sdexec.states import ProcState
+from flux_sdexec import config
+
+from flux_sdexec.core import orphans, shelljobs
+from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.events import JobGone, Log, StopUnit, WaitRequested
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.states import ProcState
 
 from helpers import new, replay
 
@@ -36,11 +38,11 @@ def shell(label="shell-1-fuMFe9D", unit=UNIT, background=True, adopted=False):
 def test_job_id_and_number_from_a_shell():
     """The job id of a label or, failing that, the unit name; f58plain decodes to the id
     flux gives (flux python: int(JobID("ƒuMFe9D")) is 34359738368)."""
-    assert orphans.shell_job(shell()) == "fuMFe9D"
-    assert orphans.shell_job(shell(label=None, unit="shell-0-fuMFe9D.service")) == "fuMFe9D"
-    assert orphans.job_number("f1") == 0
-    assert orphans.job_number("f21") == 58
-    assert orphans.job_number("fuMFe9D") == 34359738368  # flux: JobID("ƒuMFe9D")
+    assert shelljobs.shell_job(shell()) == "fuMFe9D"
+    assert shelljobs.shell_job(shell(label=None, unit="shell-0-fuMFe9D.service")) == "fuMFe9D"
+    assert shelljobs.job_number("f1") == 0
+    assert shelljobs.job_number("f21") == 58
+    assert shelljobs.job_number("fuMFe9D") == 34359738368  # flux: JobID("ƒuMFe9D")
 
 
 def test_suspect_only_a_running_background_job_shell_nobody_waits_on():

@@ -7,7 +7,7 @@ import errno
 import signal
 import syslog
 
-from flux_sdexec.events import (
+from flux_sdexec.core.events import (
     ArmTimer,
     CancelTimer,
     ClientGone,
@@ -24,8 +24,8 @@ from flux_sdexec.events import (
     StopUnit,
     UnitChanged,
 )
-from flux_sdexec.machine import handle
-from flux_sdexec.states import ProcState
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.states import ProcState
 
 from helpers import signals, replay, until_state, pid_of, fg, finish, new
 

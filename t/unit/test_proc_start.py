@@ -6,7 +6,7 @@ import errno
 import signal
 import syslog
 
-from flux_sdexec.events import (
+from flux_sdexec.core.events import (
     ContainmentChecked,
     CheckContainment,
     AnswerWait,
@@ -22,8 +22,8 @@ from flux_sdexec.events import (
     UnitChanged,
     WaitRequested,
 )
-from flux_sdexec.machine import handle
-from flux_sdexec.states import ProcState
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.states import ProcState
 
 from helpers import EXEC_FAIL_TEXT, replay, pid_of, CHECK, new
 

@@ -6,7 +6,7 @@ recorded from systemd (t/fixtures/).
 import errno
 import syslog
 
-from flux_sdexec.events import (
+from flux_sdexec.core.events import (
     AnswerWait,
     DrainOutput,
     GraceExpired,
@@ -27,9 +27,9 @@ from flux_sdexec.events import (
     WaitRequested,
     WaiterGone,
 )
-from flux_sdexec.machine import handle
-from flux_sdexec.states import ProcState
-from flux_sdexec.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
+from flux_sdexec.core.machine import handle
+from flux_sdexec.core.states import ProcState
+from flux_sdexec.core.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
 
 from helpers import EXEC_FAIL_TEXT, replay, pid_of, fg, waitable, until_failed, new
 
@@ -39,7 +39,7 @@ def test_waitable_unit_is_kept_as_record_then_collected():
     until a wait collects status and output; then the failed unit is reset and, once
     systemd has forgotten it, reaped."""
     proc = waitable()
-    proc.retained_output.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
+    proc.wait.retained.add({"stream": "stdout", "rank": "0", "data": "x\n"}, 2)
     pid = pid_of("exit-1")
     assert replay(proc, "exit-1", until=until_failed("exit-1")) == [
         Respond({"type": "started", "pid": pid}),

@@ -4,9 +4,9 @@ import errno
 
 import pytest
 
-from flux_sdexec.errors import RequestError
-from flux_sdexec.properties import start_properties, unit_properties
-from flux_sdexec.values import UINT64_MAX, idset_bitmask, parse_size
+from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.properties import start_properties, unit_properties
+from flux_sdexec.core.values import UINT64_MAX, idset_bitmask, parse_size
 
 
 def props(**opts):

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from flux_sdexec import protocol, responses
-from flux_sdexec.errors import RequestError
+from flux_sdexec.core import protocol, responses
+from flux_sdexec.core.errors import RequestError
 
 
 def req(**cmd):

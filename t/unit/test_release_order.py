@@ -11,10 +11,10 @@ from stubs import StubBridge, StubBus, StubLog, StubWatchers
 
 fluxpath.add()
 
-from flux_sdexec.adapters.after_release import Releases, StartsAfterRelease  # noqa: E402
-from flux_sdexec.adapters.systemd.holds import Holds  # noqa: E402
-from flux_sdexec.adapters.systemd.keepers import Keepers  # noqa: E402
-from flux_sdexec.errors import UnitError  # noqa: E402
+from flux_sdexec.broker.after_release import Releases, StartsAfterRelease  # noqa: E402
+from flux_sdexec.systemd.holds import Holds  # noqa: E402
+from flux_sdexec.systemd.keepers import Keepers  # noqa: E402
+from flux_sdexec.core.errors import UnitError  # noqa: E402
 
 UNIT, KEEPER = "imp-shell-0-fA1-3:tb.service", "imp\\x2dshell\\x2d0\\x2dfA1\\x2d3:tb.slice"
 NOT_LOADED = UnitError(errno.ENOENT, f"Unit {UNIT} not loaded.")
@@ -157,29 +157,25 @@ def test_a_unit_with_nothing_to_release_is_free_at_once():
 
 def test_feed_lets_a_done_record_s_unit_go_through_releases_alone():
     """feed()'s DONE branch hands the unit and its keeper to Releases, the one place that
-    orders the release (holds and keepers have no release() here: called, it would raise)."""
+    orders the release (holds and keepers are never asked directly: asked, they raise)."""
     from helpers import new
+    from rooted import RootBridge, service
 
-    from flux_sdexec.adapters.service import SdexecService
-    from flux_sdexec.events import Unloading
-    from flux_sdexec.registry import Registry
-    from flux_sdexec.states import ProcState
+    from flux_sdexec.core.events import Unloading
+    from flux_sdexec.core.states import ProcState
 
+    svc = service(RootBridge())
     p = new(unit=UNIT)
-    p.keeper = KEEPER
+    svc.keepers.record(UNIT, KEEPER)
     released = []
-    svc = types.SimpleNamespace(
-        accounting=types.SimpleNamespace(observe=lambda p: None),
-        runner=types.SimpleNamespace(run=lambda p, action: None),
-        calls=types.SimpleNamespace(started=lambda unit: None),
-        holds=types.SimpleNamespace(),
-        keepers=types.SimpleNamespace(),
-        registry=Registry(),
-        releases=types.SimpleNamespace(release=lambda *args: released.append(args)),
-        log=StubLog(),
-    )
+    svc.releases.release = lambda *args: released.append(args)
+
+    def asked_directly(*args):
+        raise AssertionError("released around Releases")
+
+    svc.holds.release = svc.keepers.release = asked_directly
     svc.registry.add(p)
-    SdexecService.feed(svc, p, Unloading())
+    svc.feed(p, Unloading())
     assert p.state is ProcState.DONE and released == [(UNIT, KEEPER)]
     assert svc.registry.by_unit(UNIT) is None
 

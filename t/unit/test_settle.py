@@ -5,9 +5,11 @@ import random
 
 import pytest
 
-from flux_sdexec import config, settle
-from flux_sdexec.errors import RequestError
-from flux_sdexec.settle import AWAIT_RECONNECT, DONE, KILL, LOOKUP, SEND, START, Call
+from flux_sdexec import config
+
+from flux_sdexec.core import settle
+from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.settle import AWAIT_RECONNECT, DONE, KILL, LOOKUP, SEND, START, Call
 
 
 def test_a_reply_settles_the_call():

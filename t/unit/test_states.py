@@ -2,10 +2,10 @@
 
 import inspect
 
-from flux_sdexec import events
-from flux_sdexec.events import Unloading
-from flux_sdexec.states import ESCALATING, LIVE, TERMINAL, Phase, ProcState
-from flux_sdexec.table import TABLE
+from flux_sdexec.core import events
+from flux_sdexec.core.events import Unloading
+from flux_sdexec.core.states import ESCALATING, LIVE, TERMINAL, Phase, ProcState
+from flux_sdexec.core.table import TABLE
 
 INPUTS = [
     cls

@@ -1,12 +1,12 @@
-"""adapters/systemd/sweeper.py on a stubbed bus: units stopped until systemd forgets them."""
+"""systemd/sweeper.py on a stubbed bus: units stopped until systemd forgets them."""
 
 import errno
 
 import pytest
 
-from flux_sdexec import settle
-from flux_sdexec.adapters.systemd.sweeper import Sweeper
-from flux_sdexec.errors import UnitError
+from flux_sdexec.core import settle
+from flux_sdexec.systemd.sweeper import Sweeper
+from flux_sdexec.core.errors import UnitError
 
 from stubs import StubBridge, StubBus, StubLog, StubWatchers
 

@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 
-from flux_sdexec.adapters.systemd import teardown
+from flux_sdexec.systemd import teardown
 
 GRACE = 0.05
 

@@ -11,7 +11,7 @@ changes.
 
 import pytest
 
-from flux_sdexec.adapters import cgroup
+from flux_sdexec.broker import containment_check
 from flux_sdexec.containment import cgroups, enforcement, unenforceable
 from flux_sdexec.containment.enforcement import (
     ENFORCED,
@@ -134,17 +134,17 @@ def test_host_set_from_each_layouts_mounts(tmp_path):
     got = {}
     for layout in (cgroups.UNIFIED, cgroups.HYBRID, cgroups.LEGACY):
         tree = Tree(tmp_path / layout, layout)
-        got[layout] = cgroup.host_unenforceable(str(tree.proc), privileged=False)
+        got[layout] = containment_check.host_unenforceable(str(tree.proc), privileged=False)
     assert got == {cgroups.UNIFIED: DEVICES, cgroups.HYBRID: {}, cgroups.LEGACY: {}}
     bare = Tree(tmp_path / "bare", cgroups.HYBRID)
     mountinfo = bare.proc / "self" / "mountinfo"
     lines = mountinfo.read_text().splitlines()
     mountinfo.write_text("\n".join(x for x in lines if not x.endswith(",devices")) + "\n")
-    assert cgroup.host_unenforceable(str(bare.proc), privileged=False) == {
+    assert containment_check.host_unenforceable(str(bare.proc), privileged=False) == {
         "DeviceAllow": NO_V1_DEVICES,
         "DevicePolicy": NO_V1_DEVICES,
     }
-    assert cgroup.host_unenforceable(str(tmp_path / "nowhere")) == {}
+    assert containment_check.host_unenforceable(str(tmp_path / "nowhere")) == {}
 
 
 # ---- the checker under each policy ----
@@ -162,7 +162,7 @@ class Memos:
 
 def checker(tree, policy="enforce", required=()):
     log, memos = StubLog(), Memos()
-    c = cgroup.ContainmentChecker(
+    c = containment_check.ContainmentChecker(
         log, policy, required, proc=str(tree.proc), memo=memos, privileged=False
     )
     return c, log, memos

@@ -6,14 +6,12 @@ the asking client its answer only, never the reactor (output, answers, stop time
 No flux, no systemd: the bridge's calls are answered by hand (stubs.py)."""
 
 import errno
-import types
-
-from flux_sdexec.adapters import introspect
-from flux_sdexec.errors import UnitError
-from flux_sdexec.naming import UnitNamer
-from flux_sdexec.protocol import ExecRequest
-from flux_sdexec.registry import Registry
-from flux_sdexec.sdproc import SdProc
+from flux_sdexec.broker import introspect
+from flux_sdexec.core.errors import UnitError
+from flux_sdexec.core.naming import UnitNamer
+from flux_sdexec.core.protocol import ExecRequest
+from flux_sdexec.core.registry import Registry
+from flux_sdexec.core.sdproc import SdProc
 
 from stubs import StubBridge, StubBus
 
@@ -35,23 +33,31 @@ class Responder:
         self.sent.append((msg, errnum, text))
 
 
-def service():
-    registry = Registry()
-    registry.add(SdProc(None, ExecRequest(cmdline=["true"], env={}, label="a"), "a:tX.service"))
-    return types.SimpleNamespace(
-        rank=0,
-        registry=registry,
-        namer=UnitNamer(INSTANCE, 0, False),
-        bridge=StubBridge(),
-        bus=StubBus(),
-        calls=types.SimpleNamespace(deadline=7.5),
-        responder=Responder(),
-    )
+class Calls:
+    def deadline(self):
+        return 7.5
+
+
+class Parts:
+    """What the listings use: a registry with one tracked process, stub systemd calls."""
+
+    def __init__(self):
+        self.registry = Registry()
+        cmd = ExecRequest(cmdline=["true"], env={}, label="a")
+        self.registry.add(SdProc(None, cmd, "a:tX.service"))
+        self.bridge, self.bus, self.responder = StubBridge(), StubBus(), Responder()
+
+    def listings(self):
+        namer = UnitNamer(INSTANCE, 0, False)
+        return introspect.UnitListings(
+            0, self.registry, namer, lambda unit: None, self.bridge, self.bus, Calls(),
+            self.responder,
+        )  # fmt: skip
 
 
 def test_all_is_answered_from_the_listings_reply_not_inline():
-    svc = service()
-    listings = introspect.UnitListings(svc)
+    svc = Parts()
+    listings = svc.listings()
     listings.answer("msg", True)
     assert svc.responder.sent == []  # not answered inline: nothing waited for systemd
     [call] = svc.bridge.pending
@@ -66,15 +72,15 @@ def test_all_is_answered_from_the_listings_reply_not_inline():
 
 
 def test_without_all_the_answer_goes_at_once_and_systemd_is_not_asked():
-    svc = service()
-    introspect.UnitListings(svc).answer("msg", False)
+    svc = Parts()
+    svc.listings().answer("msg", False)
     assert svc.bridge.sent == [] and len(svc.responder.sent) == 1
     assert "untracked" not in svc.responder.sent[0][1]
 
 
 def test_a_failed_listing_is_one_error_with_its_errno_and_a_clear_text():
-    svc = service()
-    listings = introspect.UnitListings(svc)
+    svc = Parts()
+    listings = svc.listings()
     listings.answer("late", True)
     listings.answer("lost", True)
     svc.bridge.answer("ListUnitsByPatterns", UnitError(errno.ETIMEDOUT, "systemd did not answer"))
@@ -88,8 +94,8 @@ def test_a_failed_listing_is_one_error_with_its_errno_and_a_clear_text():
 def test_a_listing_that_cannot_be_sent_is_answered_once_by_the_caller():
     """The bus is down: the send raises, the RPC's guard (service.serve) answers with that
     errno; the listing answers nothing more, ever."""
-    svc = service()
-    listings = introspect.UnitListings(svc)
+    svc = Parts()
+    listings = svc.listings()
     svc.bridge.refuse_next(UnitError(errno.ECONNRESET, "lost connection to systemd"))
     try:
         listings.answer("msg", True)
@@ -97,15 +103,15 @@ def test_a_listing_that_cannot_be_sent_is_answered_once_by_the_caller():
         assert exc.errno == errno.ECONNRESET
     else:
         raise AssertionError("the send's failure was swallowed")
-    listings.close(errno.ENOSYS, "unloading")
+    listings.cancel_all(errno.ENOSYS, "unloading")
     assert svc.responder.sent == []
 
 
 def test_unload_answers_the_listings_still_out_then_late_replies_are_dropped():
-    svc = service()
-    listings = introspect.UnitListings(svc)
+    svc = Parts()
+    listings = svc.listings()
     listings.answer("msg", True)
-    listings.close(errno.ENOSYS, "sdexec is unloading")
+    listings.cancel_all(errno.ENOSYS, "sdexec is unloading")
     assert svc.responder.sent == [("msg", errno.ENOSYS, "sdexec is unloading")]
     svc.bridge.answer_with("ListUnitsByPatterns", LISTED)
     assert len(svc.responder.sent) == 1

@@ -7,32 +7,29 @@ bridge's close dropped the calls unanswered), and ``app-sdexec-*.slice`` is no u
 later sdexec adopts. Now such a stop is sent again, within a bound, and the next sdexec's
 load stops the slices and keepers of its instance and rank that no adopted unit uses.
 
-A fake bridge after the reactor stopped (teardown's clock is the test's, so the unload's
-bounded waits take no time), the real Sweeper, Keepers and Accounting stop.
+The real service (rooted.py) on a fake bridge, after the reactor stopped (teardown's clock
+is the test's, so the unload's bounded waits take no time).
 """
 
 import errno
 import fnmatch
-import os
-import types
 
 import fluxpath
 from helpers import new
-from stubs import StubBus, StubLog, StubWatchers
+from rooted import RootBridge, service
+from stubs import StubLog
 
 fluxpath.add()
 
-from flux_sdexec import handoff  # noqa: E402
-from flux_sdexec.adapters import adopt  # noqa: E402
-from flux_sdexec.adapters.service import SdexecService  # noqa: E402
-from flux_sdexec.adapters.systemd import teardown  # noqa: E402
-from flux_sdexec.adapters.systemd.keepers import Keepers, keeper_name  # noqa: E402
-from flux_sdexec.adapters.systemd.sweeper import Sweeper  # noqa: E402
-from flux_sdexec.adapters.usage import Accounting  # noqa: E402
-from flux_sdexec.containment.usage import accounting_slice  # noqa: E402
-from flux_sdexec.errors import UnitError  # noqa: E402
-from flux_sdexec.naming import UnitNamer  # noqa: E402
-from flux_sdexec.registry import Registry  # noqa: E402
+from flux_sdexec.core import handoff  # noqa: E402
+from flux_sdexec.broker import adopt  # noqa: E402
+from flux_sdexec.broker.accounting import Accounting  # noqa: E402
+from flux_sdexec.systemd import teardown  # noqa: E402
+from flux_sdexec.systemd.keepers import Keepers, keeper_name  # noqa: E402
+from flux_sdexec.containment.cgroup_usage import accounting_slice  # noqa: E402
+from flux_sdexec.core.errors import UnitError  # noqa: E402
+from flux_sdexec.core.naming import UnitNamer  # noqa: E402
+from flux_sdexec.core.registry import Registry  # noqa: E402
 
 UNIT = "imp-shell-0-fA1:tb.service"
 SLICE = accounting_slice(UNIT, "0a1b2c3d")
@@ -49,16 +46,14 @@ class Late:
         self.answer = answer
 
 
-class UnloadBridge:
+class UnloadBridge(RootBridge):
     """The bridge as the unload uses it. Each call sent without waiting takes the next of
     ``answers[(member, unit)]`` (none left: answered None), given back by a later pump(),
     or never (NEVER). Blocking calls succeed. ``sent`` is every call, in order."""
 
     def __init__(self, answers=None):
+        super().__init__()
         self.answers = answers or {}
-        self.sent, self.pending = [], []
-        self.rfd, self.wfd = os.pipe()
-        os.write(self.wfd, b"x")  # always readable: the unload's select() returns at once
 
     def _call(self, member, unit, on_reply=None, timeout=None, **kwargs):
         self.sent.append((member, unit))
@@ -85,25 +80,6 @@ class UnloadBridge:
         for on_reply, answer in ready:
             on_reply(answer)
 
-    def next_deadline(self):
-        return 0.0 if self.pending else None
-
-    def fail_pending(self, exc):
-        pending, self.pending = self.pending, []
-        for on_reply, _ in pending:
-            on_reply(exc)
-
-    def fileno(self):
-        return self.rfd
-
-    def list_units(self, patterns):
-        return []
-
-    def close(self):
-        self.fail_pending(UnitError(errno.ECONNRESET, "closed"))
-        os.close(self.rfd)
-        os.close(self.wfd)
-
 
 class Clock:
     """teardown's time: each look at the clock is 0.1 s later, sleeps are instant."""
@@ -119,46 +95,15 @@ class Clock:
         self.now += seconds
 
 
-def service(bridge):
-    """The parts of an SdexecService its unload uses, with nothing left to hand over."""
-    log = StubLog()
-    sweeper = Sweeper(bridge, StubBus(), StubWatchers(), log, lambda: 5.0)
-    keepers = Keepers(bridge, StubBus(), StubWatchers(), sweeper, log, lambda: 5.0, print)
-    closing = types.SimpleNamespace(close=lambda *a: None, cancel_all=lambda *a: None)
-    return types.SimpleNamespace(
-        jobs_outlive_shutdown=False,
-        unload_policy=handoff.KEEP_WAITABLE,
-        registry=Registry(),
-        holds=types.SimpleNamespace(held=set(), hand_over=lambda: None, close=lambda: None),
-        accounting=types.SimpleNamespace(
-            slices=lambda procs: set(), close=lambda: None, flush=lambda: None
-        ),
-        lookups=closing,
-        after_release=closing,
-        orphans=closing,
-        memos=closing,
-        listings=closing,
-        calls=closing,
-        responder=types.SimpleNamespace(outbox=closing),
-        keepers=keepers,
-        sweeper=sweeper,
-        bridge=bridge,
-        broker_pid=None,
-        guard=handoff.guard_unit("tb", 0),
-        restart_grace=handoff.DEFAULT_RESTART_GRACE,
-        log=log,
-    )
-
-
 def unload_with_stops_in_flight(monkeypatch, answers):
     """The unload of a service whose last record just went: its accounting slice's and its
     keeper's StopUnit sent (as Accounting and Keepers send them), answered per ``answers``."""
     monkeypatch.setattr(teardown, "time", Clock())
     bridge = UnloadBridge(answers)
     svc = service(bridge)
-    Accounting._stop_slice(types.SimpleNamespace(svc=svc), SLICE)
+    svc.accounting._stop_slice(SLICE)
     svc.keepers.release(UNIT, KEEPER)
-    SdexecService.unload(svc, handoff.RUN_STATE)
+    svc.unload(handoff.RUN_STATE)
     return bridge, svc.log
 
 
@@ -214,7 +159,6 @@ class LoadBridge:
 
     def __init__(self, slices):
         self.slices = slices
-        self.sent = []
 
     def list_units(self, patterns):
         """As ListUnitsByPatterns: each unit matching any of the globs, once."""
@@ -234,29 +178,23 @@ def test_the_next_load_stops_its_leftover_slices_and_keepers_only(monkeypatch):
     others += [keeper_name(other_rank), keeper_name(other_instance)]
     others += ["app-sdexec.slice", "app.slice", "user-1000.slice", "x:tb.slice"]
     adopted = new(unit=namer.name("imp-shell-1-fB2"), adopted=True)  # found at load
-    adopted.accounting_slice = accounting_slice(adopted.unit.name, "4e5f6a7b")
-    adopted.keeper = keeper_name(adopted.unit.name)
-    others += [adopted.accounting_slice, adopted.keeper]
+    adopted_slice = accounting_slice(adopted.unit.name, "4e5f6a7b")
+    others += [adopted_slice, keeper_name(adopted.unit.name)]
     bridge = LoadBridge(left + others)
-    swept = []
     registry = Registry()
     registry.add(adopted)
-    svc = types.SimpleNamespace(
-        bridge=bridge,
-        namer=namer,
-        registry=registry,
-        guard=handoff.guard_unit("tb", 0),
-        log=StubLog(),
-        sweeper=types.SimpleNamespace(sweep=lambda unit, why: swept.append(unit)),
-    )
-    assert adopt.adopt_leftovers(svc) == 0
-    assert sorted(swept) == sorted(left)
+    accounting = Accounting(None, StubLog(), 0, registry, None, bridge, None, proc="", kmsg="")
+    accounting.adopted(adopted, {"Slice": adopted_slice})
+    keepers = Keepers(None, None, None, None, StubLog(), lambda: 5.0, print)
+    keepers.record(adopted.unit.name, keeper_name(adopted.unit.name))
+    in_use = accounting.slices(registry) | keepers.known()  # as adopt_leftovers asks
+    assert sorted(adopt.leftover_slices(bridge, namer, in_use)) == sorted(left)
 
 
 def test_the_bridge_s_close_answers_the_calls_it_drops():
     """bridge.py's close() dropped the calls still pending unanswered: their senders never
     learnt (a keeper's or slice's stop then went to no sweeper at all)."""
-    from flux_sdexec.adapters.systemd.bridge import SystemdBridge
+    from flux_sdexec.systemd.bridge import SystemdBridge
 
     bridge = SystemdBridge(lambda unit, props: None, ())
     answers = []

@@ -2,17 +2,18 @@
 start cannot run after sdexec has gone. The flux tier's test is in t0020."""
 
 import errno
-from types import SimpleNamespace
 
 import pytest
 
-from flux_sdexec.adapters.actions import ActionRunner
-from flux_sdexec.events import Reap, RespondError, StopUnit, UnitChanged, Unloading
-from flux_sdexec.lifecycle import UNLOADING_TEXT
-from flux_sdexec.unitstate import forget_call
+from flux_sdexec.broker.actions import ActionRunner
+from flux_sdexec.config import Settings
+from flux_sdexec.core.events import Reap, RespondError, StopUnit, UnitChanged, Unloading
+from flux_sdexec.core.lifecycle import UNLOADING_TEXT
+from flux_sdexec.core.unitstate import forget_call
+from flux_sdexec.systemd.calls import Calls
 
 from helpers import feed, new
-from stubs import StubBridge, StubBus, StubLog
+from stubs import StubBridge, StubBus, StubLog, StubWatchers
 
 UNIT = "job:f1.service"
 # systemd's first signal of a unit whose start job waits: loaded, inactive, never run yet
@@ -50,10 +51,12 @@ def test_a_unit_that_never_ran_is_stopped_only_when_nothing_will_watch_it():
 
 def test_stop_unit_replaces_a_queued_start_job():
     """StopUnit in mode "fail" is refused while a start job is queued."""
-    bridge = StubBridge()
-    svc = SimpleNamespace(bridge=bridge, bus=StubBus(), log=StubLog(), debug=False)
-    svc.calls = SimpleNamespace(deadline=25.0)
-    ActionRunner(svc).run(taken(QUEUED), StopUnit())
+    bridge, bus, log = StubBridge(), StubBus(), StubLog()
+    calls = Calls(bridge, bus, StubWatchers(), log)
+    runner = ActionRunner(
+        None, log, 0, Settings(), None, bridge, bus, calls, None, None, None, None, None
+    )
+    runner.run(taken(QUEUED), StopUnit())
     assert [(c.member, c.unit, c.kwargs) for c in bridge.sent] == [
         ("StopUnit", UNIT, {"mode": "replace"})
     ]

@@ -1,9 +1,8 @@
 """The decisions of ``flux sdexec upgrade``, without a broker: which jobs block or end,
 what a rank must show after the reload, job-exec's arguments, the report."""
 
-from types import SimpleNamespace
+from rooted import RootBridge, service
 
-from flux_sdexec.adapters import introspect
 from flux_sdexec.cli import upgrade_plan as plan
 
 MODULE = "/opt/sdexec/sdexec.py"
@@ -91,21 +90,12 @@ def test_a_rank_whose_sdexec_reports_another_file_is_wrong():
 
 def module_stats(module_file):
     """What ``sdexec.stats-get`` answers for a module loaded from ``module_file`` (the real
-    payload, from a stub service with nothing tracked)."""
-    svc = SimpleNamespace(
-        registry=[],
-        module_file=module_file,
-        bridge=SimpleNamespace(
-            via="/run/user/1/systemd/private", signals=SimpleNamespace(stats=dict)
-        ),
-        bus=SimpleNamespace(reconnects=0),
-        adopted=0,
-        containment=SimpleNamespace(stats=lambda: {}),
-        calls=SimpleNamespace(budget=300.0),
-        sweeper=SimpleNamespace(units=lambda: []),
-        orphans=SimpleNamespace(checks=0, stopped=0),
-    )
-    return introspect.stats(svc)
+    payload, from the real service on a fake systemd with nothing loaded)."""
+    svc = service(RootBridge(), module_file=module_file)
+    try:
+        return svc.stats()
+    finally:
+        svc.unload(None)
 
 
 def test_the_file_the_module_itself_reports_is_checked():

@@ -5,17 +5,19 @@ is gone (the files and formats of Linux 6.x); the adapter's reader finds them th
 mountinfo naming the mounts, as on a real host. The hybrid tree is this test machine.
 """
 
+import logging
 import socket
 import types
 
-
-from flux_sdexec.adapters.kmsg import OomLog
-from flux_sdexec.adapters.usage import Accounting
-from flux_sdexec.containment import cgroups, usage
+from flux_sdexec.broker.kmsg import OomLog
+from flux_sdexec.broker.accounting import Accounting
+from flux_sdexec.containment import cgroups, cgroup_usage
+from flux_sdexec.core.registry import Registry
+from flux_sdexec.core.usage_record import FIGURES
 
 UNIT = "shell-0-fA1:tb.service"
-SLICE = usage.accounting_slice(UNIT, "0a1b2c3d")
-PARENT = f"/app.slice/{usage.PARENT_SLICE}"
+SLICE = cgroup_usage.accounting_slice(UNIT, "0a1b2c3d")
+PARENT = f"/app.slice/{cgroup_usage.PARENT_SLICE}"
 CPU_STAT = "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\nnice_usec 0\n"
 
 
@@ -50,48 +52,61 @@ def tree(root, layout, **hierarchies):
     return str(root / "proc")
 
 
+class Proc:
+    """An SdProc as Accounting reads it: ``fields``; compared by identity, weakly
+    referable (Accounting keeps its accounts weakly, keyed by the process)."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def accounting(proc, kmsg="", bridge=None, sweeper=frozenset()):
+    """An Accounting over the tree at ``proc``, on rank 0, with an empty registry; slices
+    stopped through ``bridge``, units let go in ``sweeper``."""
+    log = logging.getLogger("t")
+    return Accounting(None, log, 0, Registry(), None, bridge, sweeper, proc=proc, kmsg=kmsg)
+
+
 def record(proc, opts=None, kmsg=""):
-    """The adapter's record of a finished UNIT over the tree at ``proc``."""
-    acc = Accounting(types.SimpleNamespace(), proc=proc, kmsg=kmsg)
+    """The adapter's record (JSON) of a finished UNIT over the tree at ``proc``."""
+    acc = accounting(proc, kmsg=kmsg)
     acc.parent = PARENT
-    unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=0)
-    p = types.SimpleNamespace(
-        unit=unit, cmd=types.SimpleNamespace(opts=opts or {}), started_at=0, accounting_slice=SLICE
-    )
-    return acc._record(p)
+    unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=0, started_at=0)
+    p = Proc(unit=unit, cmd=types.SimpleNamespace(opts=opts or {}))
+    return acc._record(p, SLICE).to_json()
 
 
 def test_slice_name_escapes_what_systemd_reads_as_nesting():
     assert SLICE == "app-sdexec-shell\\x2d0\\x2dfA1:tb_0a1b2c3d.slice"
-    assert usage.accounting_slice("a b/c", "1") == "app-sdexec-a\\x20b\\x2fc_1.slice"
-    assert usage.is_accounting_slice(SLICE) and not usage.is_accounting_slice("app.slice")
+    assert cgroup_usage.accounting_slice("a b/c", "1") == "app-sdexec-a\\x20b\\x2fc_1.slice"
+    assert cgroup_usage.is_accounting_slice(SLICE) and not cgroup_usage.is_accounting_slice(
+        "app.slice"
+    )
 
 
 def proc(name=UNIT, opts=None):
     """An SdProc as place() sees it."""
     unit = types.SimpleNamespace(name=name)
-    return types.SimpleNamespace(
-        unit=unit, cmd=types.SimpleNamespace(opts=opts or {}, label=None), accounting_slice=None
-    )
+    return Proc(unit=unit, cmd=types.SimpleNamespace(opts=opts or {}, label=None))
 
 
 def test_a_unit_whose_slice_name_would_be_too_long_gets_none(tmp_path):
     long = "x" * 240 + ".service"
-    assert usage.accounting_slice(long, "0a1b2c3d") is None
-    acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.HYBRID), kmsg="")
+    assert cgroup_usage.accounting_slice(long, "0a1b2c3d") is None
+    acc = accounting(tree(tmp_path, cgroups.HYBRID))
     p = proc(long)
     assert acc.place(p, [("Type", "s", "exec")]) == [("Type", "s", "exec")]
-    assert p.accounting_slice is None
+    assert acc.slices([p]) == set()
 
 
 def test_before_any_slice_was_located_every_figure_is_null_with_the_reason(tmp_path):
-    acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
-    unit = types.SimpleNamespace(name=UNIT, finished=True, result="signal", wait_status=9)
-    p = types.SimpleNamespace(
-        unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0, accounting_slice=SLICE
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED))
+    unit = types.SimpleNamespace(
+        name=UNIT, finished=True, result="signal", wait_status=9, started_at=0
     )
-    rec = acc._record(p)
-    assert all(rec[f] is None for f in usage.FIELDS) and rec["result"] == "signal"
+    p = Proc(unit=unit, cmd=types.SimpleNamespace(opts={}))
+    rec = acc._record(p, SLICE).to_json()
+    assert all(rec[f] is None for f in FIGURES) and rec["result"] == "signal"
     assert set(rec["null_reasons"].values()) == {
         "where the accounting slices are is not known "
         "yet (no unit's process seen alive since load)"
@@ -155,8 +170,8 @@ def test_legacy_reads_cpuacct(tmp_path):
 
 def test_no_slice_left_is_all_null_with_reasons(tmp_path):
     rec = record(tree(tmp_path, cgroups.UNIFIED))
-    assert all(rec[f] is None for f in usage.FIELDS)
-    assert set(rec["null_reasons"]) == set(usage.FIELDS)
+    assert all(rec[f] is None for f in FIGURES)
+    assert set(rec["null_reasons"]) == set(FIGURES)
 
 
 KMSG_OOM = (
@@ -169,9 +184,12 @@ KMSG_OOM = (
 
 def test_oom_kill_record_names_the_victims_accounting_slice():
     """/dev/kmsg escapes the backslash of systemd's \\x2d as \\x5c."""
-    assert usage.oom_kill_slice(KMSG_OOM) == "app-sdexec-shell\\x2d0.slice"
-    assert usage.oom_kill_slice(KMSG_OOM.replace("app-sdexec-", "app-other-")) is None
-    assert usage.oom_kill_slice("6,2287,1855756581,-;Memory cgroup out of memory: Killed") is None
+    assert cgroup_usage.oom_kill_slice(KMSG_OOM) == "app-sdexec-shell\\x2d0.slice"
+    assert cgroup_usage.oom_kill_slice(KMSG_OOM.replace("app-sdexec-", "app-other-")) is None
+    assert (
+        cgroup_usage.oom_kill_slice("6,2287,1855756581,-;Memory cgroup out of memory: Killed")
+        is None
+    )
 
 
 def test_kernel_log_counts_kills_per_slice_and_forgets_them_once_taken():
@@ -191,14 +209,12 @@ def test_kernel_log_counts_kills_per_slice_and_forgets_them_once_taken():
 
 def test_hybrid_oom_kills_come_from_the_kernel_log(tmp_path):
     proc = tree(tmp_path, cgroups.HYBRID, memory={"memory.max_usage_in_bytes": "52690944\n"})
-    acc = Accounting(types.SimpleNamespace(), proc=proc, kmsg=str(tmp_path / "absent"))
+    acc = accounting(proc, kmsg=str(tmp_path / "absent"))
     acc.parent = PARENT
-    unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=9)
-    p = types.SimpleNamespace(
-        unit=unit, cmd=types.SimpleNamespace(opts={}), started_at=0, accounting_slice=SLICE
-    )
-    rec = acc._record(p)
-    assert rec["oom_kills"] is None and "/dev/kmsg" in rec["null_reasons"]["oom_kills"]
+    unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=9, started_at=0)
+    p = Proc(unit=unit, cmd=types.SimpleNamespace(opts={}))
+    rec = acc._record(p, SLICE)
+    assert rec.oom_kills is None and "/dev/kmsg" in rec.null_reasons["oom_kills"]
 
     class Log:
         fd = 1
@@ -207,28 +223,30 @@ def test_hybrid_oom_kills_come_from_the_kernel_log(tmp_path):
             return 2 if name == SLICE else 0
 
     acc.oom_log = Log()
-    assert acc._record(p)["oom_kills"] == 2
+    assert acc._record(p, SLICE).oom_kills == 2
 
 
 def test_place_gives_each_start_a_slice_of_its_own(tmp_path):
     """Two starts of one unit name (a label reused) get two slices; a client's is kept."""
-    acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.HYBRID), kmsg="")
+    acc = accounting(tree(tmp_path, cgroups.HYBRID))
     props = [("MemoryMax", "t", 1 << 20)]
     first, second = proc(), proc()
-    assert acc.place(first, props) == props + [("Slice", "s", first.accounting_slice)]
+    placed = acc.place(first, props)
+    (name,) = acc.slices([first])
+    assert placed == props + [("Slice", "s", name)]
     acc.place(second, props)
-    assert first.accounting_slice != second.accounting_slice
-    assert first.accounting_slice.startswith("app-sdexec-shell\\x2d0\\x2dfA1:tb_")
-    assert usage.is_accounting_slice(first.accounting_slice)
+    assert acc.slices([second]) != {name}
+    assert name.startswith("app-sdexec-shell\\x2d0\\x2dfA1:tb_")
+    assert cgroup_usage.is_accounting_slice(name)
     client = proc(opts={"SDEXEC_PROP_Slice": "x.slice"})
-    assert acc.place(client, props) == props and client.accounting_slice is None
+    assert acc.place(client, props) == props and acc.slices([client]) == set()
 
 
 def test_an_adopted_unit_keeps_the_slice_systemd_says_it_is_in(tmp_path):
-    acc = Accounting(types.SimpleNamespace(), proc=tree(tmp_path, cgroups.HYBRID), kmsg="")
+    acc = accounting(tree(tmp_path, cgroups.HYBRID))
     p = proc()
     acc.adopted(p, {"Slice": SLICE})
-    assert p.accounting_slice == SLICE
+    assert acc.slices([p]) == {SLICE}
     old = proc()
     acc.adopted(old, {"Slice": "app.slice"})  # started by an sdexec without accounting
-    assert old.accounting_slice is None
+    assert acc.slices([old]) == set()

@@ -6,18 +6,17 @@ adopts the finished unit; reading the slice again gives nulls (it is gone), or a
 crash the same figures with the OOM kills counted again. So an adopted job shell's record is
 looked up in the job's KVS directory first (asynchronously, ``_lookup`` stubbed here) and
 written only when it is not there. No flux, no systemd: the commit (``_to_job``, which
-also raises the ``oom`` exception) is recorded.
+also raises the ``oom`` exception) is recorded. The usage a process has is what a wait
+answer would carry (``after_usage``).
 """
 
 import errno
-import logging
 import types
 
-from test_usage import CPU_STAT, PARENT, SLICE, UNIT, tree
+from test_usage import CPU_STAT, PARENT, SLICE, UNIT, Proc, accounting, tree
 
-from flux_sdexec.adapters.usage import Accounting
-from flux_sdexec.containment import cgroups
-from flux_sdexec.states import ProcState
+from flux_sdexec.containment import cgroup_usage, cgroups
+from flux_sdexec.core.states import ProcState
 
 JOB = "fA1"  # the job id in UNIT (shell-0-fA1)
 STARTED, EXITED = 1000.0, 1012.5  # ExecMainStartTimestamp, ExecMainExitTimestamp (s)
@@ -53,57 +52,65 @@ class Lookups:
         on_reply(exc, record)
 
 
-def accounting(tmp_path, monkeypatch, slice_files=None, parent=None):
+def recording(tmp_path, monkeypatch, slice_files=None, parent=None):
     """An Accounting over a tree holding the slice's ``slice_files`` (none: the slice is
-    gone), its lookups and commits recorded."""
+    gone), its lookups and commits (JSON) recorded."""
     files = {"v2": slice_files} if slice_files else {}
-    proc = tree(tmp_path, cgroups.UNIFIED, **files)
-    svc = types.SimpleNamespace(log=logging.getLogger("t"), sweeper=set(), rank=0)
-    acc = Accounting(svc, proc=proc, kmsg="")
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED, **files))
     acc.parent = parent
     acc.commits = []
     acc.lookups = Lookups()
-    monkeypatch.setattr(acc, "_to_job", lambda p, plain: acc.commits.append(dict(p.usage)))
+    commit = lambda p, plain, usage: acc.commits.append(usage.to_json())  # noqa: E731
+    monkeypatch.setattr(acc, "_to_job", commit)
     monkeypatch.setattr(acc, "_lookup", acc.lookups, raising=False)
     return acc
+
+
+def usage(acc, p):
+    """The usage (JSON) a wait answered now would carry."""
+    sent = []
+    acc.after_usage(p, sent.append)
+    (found,) = sent
+    return found
 
 
 def adopted(acc, finished=True, adopt=True):
     """A finished job shell as adoption builds it: its pid dead, its slice from systemd
     (``adopt=False``: one this sdexec started, in the same slice)."""
     unit = types.SimpleNamespace(
-        name=UNIT, pid=4242424, finished=finished, gone=finished, result=None, wait_status=0
+        name=UNIT,
+        pid=4242424,
+        finished=finished,
+        gone=finished,
+        result=None,
+        wait_status=0,
+        started_at=STARTED,
     )
-    p = types.SimpleNamespace(
+    p = Proc(
         unit=unit,
         cmd=types.SimpleNamespace(opts={}, label=None),
-        usage=None,
         state=ProcState.ZOMBIE if finished else ProcState.RUNNING,
-        stop_sent=False,
-        reset_sent=False,
-        slice_stopped=False,
-        accounting_slice=None,
-        started_at=STARTED,
+        calls=types.SimpleNamespace(stop_sent=False, reset_sent=False),
     )
     exit_usec = int(EXITED * 1e6) if finished else 0
     if adopt:
         acc.adopted(p, {"Slice": SLICE, "ExecMainExitTimestamp": exit_usec})
     else:
-        p.accounting_slice = SLICE
+        acc.place(p, [])
     return p
 
 
 def test_a_record_the_predecessor_wrote_is_kept_not_overwritten_with_nulls(tmp_path, monkeypatch):
     """The upgrade case of the sketch (t_usage_adopt.py): slice gone, where slices are not
     known yet. Nothing is written; the process carries the record that was written."""
-    acc = accounting(tmp_path, monkeypatch)
+    acc = recording(tmp_path, monkeypatch)
     p = adopted(acc)
-    acc.observe(p)
-    acc.observe(p)  # each input observes: one lookup only
+    acc.reached(p)
+    acc.reached(p)  # each input observes: one lookup only
     assert acc.commits == []
     assert [plain for plain, _ in acc.lookups.sent] == [JOB]
     acc.lookups.answer(record=COMMITTED)
-    assert acc.commits == [] and p.usage == FIGURES
+    assert acc.commits == [] and usage(acc, p) == FIGURES
 
 
 def test_after_a_crash_the_oom_exception_is_not_raised_again(tmp_path, monkeypatch):
@@ -111,59 +118,59 @@ def test_after_a_crash_the_oom_exception_is_not_raised_again(tmp_path, monkeypat
     exists, so neither the record nor the ``oom`` exception is written a second time."""
     events = "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"
     files = {"cpu.stat": CPU_STAT, "memory.events": events, "cgroup.controllers": "memory"}
-    acc = accounting(tmp_path, monkeypatch, files, parent=PARENT)
+    acc = recording(tmp_path, monkeypatch, files, parent=PARENT)
     p = adopted(acc)
-    acc.observe(p)
+    acc.reached(p)
     acc.lookups.answer(record=COMMITTED)
-    assert acc.commits == [] and p.usage == FIGURES
+    assert acc.commits == [] and usage(acc, p) == FIGURES
 
 
 def test_no_record_yet_is_written_once_with_the_wall_time_up_to_the_exit(tmp_path, monkeypatch):
     """The unit ended while no sdexec ran (a crash before its exit was seen): the record
     read at adoption is written, once, its wall time from systemd's exit timestamp."""
-    acc = accounting(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    acc = recording(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
     p = adopted(acc)
-    acc.observe(p)
+    acc.reached(p)
     acc.lookups.answer(exc=OSError(errno.ENOENT, "No such file or directory"))
     assert len(acc.commits) == 1
     assert acc.commits[0]["cpu_user_s"] == 2.0 and acc.commits[0]["wall_s"] == 12.5
-    acc.observe(p)
+    acc.reached(p)
     assert len(acc.commits) == 1 and acc.lookups.sent == []
 
 
 def test_the_wait_answer_waits_for_the_lookup_and_carries_the_record(tmp_path, monkeypatch):
     """A wait answered while the lookup is out is sent from its reply, once, with the
     record that was written; one answered after it goes at once."""
-    acc = accounting(tmp_path, monkeypatch)
+    acc = recording(tmp_path, monkeypatch)
     p = adopted(acc)
-    acc.observe(p)
+    acc.reached(p)
     sent = []
-    acc.after_usage(p, lambda: sent.append(p.usage))
+    acc.after_usage(p, sent.append)
     assert sent == []  # not inline: the lookup is not answered yet
     acc.lookups.answer(record=COMMITTED)
     assert sent == [FIGURES]
-    acc.after_usage(p, lambda: sent.append("again"))
+    acc.after_usage(p, lambda u: sent.append("again"))
     assert sent == [FIGURES, "again"]
 
 
 def test_a_failed_lookup_writes_nothing_and_answers_with_what_was_read(tmp_path, monkeypatch):
     """Whether the record exists is unknown: it is not overwritten; the wait gets the
     figures read at adoption."""
-    acc = accounting(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    acc = recording(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
     p = adopted(acc)
-    acc.observe(p)
+    acc.reached(p)
     sent = []
-    acc.after_usage(p, lambda: sent.append(p.usage["cpu_user_s"]))
+    acc.after_usage(p, lambda u: sent.append(u["cpu_user_s"]))
     acc.lookups.answer(exc=OSError(errno.EHOSTUNREACH, "No route to host"))
     assert acc.commits == [] and sent == [2.0]
 
 
 def test_a_lookup_still_out_at_unload_answers_its_waits_once(tmp_path, monkeypatch):
-    acc = accounting(tmp_path, monkeypatch)
+    acc = recording(tmp_path, monkeypatch)
     p = adopted(acc)
-    acc.observe(p)
+    acc.reached(p)
     sent = []
-    acc.after_usage(p, lambda: sent.append(p.usage))
+    acc.after_usage(p, sent.append)
     acc.flush()
     assert sent == [None]  # the usage unknown: the answer goes without it
     acc.lookups.answer(record=COMMITTED)  # too late: nothing more is sent
@@ -173,21 +180,22 @@ def test_a_lookup_still_out_at_unload_answers_its_waits_once(tmp_path, monkeypat
 def test_a_unit_adopted_running_is_looked_up_when_it_ends(tmp_path, monkeypatch):
     """Adopted running, it ends under this sdexec: nobody can have written its record, but
     the lookup costs one KVS read, and says so."""
-    acc = accounting(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    acc = recording(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
     p = adopted(acc, finished=False)
-    acc.observe(p)
+    acc.reached(p)
     assert acc.lookups.sent == [] and acc.commits == []
     p.unit.finished = p.unit.gone = True
-    acc.observe(p)
+    acc.reached(p)
     acc.lookups.answer(exc=OSError(errno.ENOENT, "No such file or directory"))
     assert len(acc.commits) == 1
 
 
 def test_a_process_this_sdexec_started_is_written_at_once(tmp_path, monkeypatch):
-    acc = accounting(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    acc = recording(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    monkeypatch.setattr(cgroup_usage, "accounting_slice", lambda unit, token: SLICE)
     p = adopted(acc, adopt=False)
-    acc.observe(p)
+    acc.reached(p)
     assert acc.lookups.sent == [] and len(acc.commits) == 1
     sent = []
-    acc.after_usage(p, lambda: sent.append("now"))
+    acc.after_usage(p, lambda u: sent.append("now"))
     assert sent == ["now"]

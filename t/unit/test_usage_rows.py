@@ -1,6 +1,8 @@
-"""``flux sdexec usage``'s rows and total from per-rank records (cli/usagerows.py)."""
+"""``flux sdexec usage``'s rows (cli/usagerows.py) and total (core/usage_record.py) from
+per-rank records."""
 
 from flux_sdexec.cli import usagerows
+from flux_sdexec.core.usage_record import total
 
 R0 = {
     "rank": 0,
@@ -25,7 +27,7 @@ R1 = {
 
 
 def test_total_sums_cpu_and_oom_and_takes_the_largest_peaks():
-    assert usagerows.total([R0, R1]) == {
+    assert total([R0, R1]) == {
         "ranks": 2,
         "cpu_user_s": 3.5,
         "cpu_sys_s": 0.75,
@@ -38,7 +40,7 @@ def test_total_sums_cpu_and_oom_and_takes_the_largest_peaks():
 
 def test_total_of_figures_no_rank_gave_is_none():
     rec = {"rank": 0, "cpu_user_s": 1.0, "memory_peak": None, "oom_kills": None}
-    t = usagerows.total([rec])
+    t = total([rec])
     assert (t["memory_peak"], t["memory_peak_rank"], t["oom_kills"]) == (None, None, None)
 
 

@@ -2,16 +2,14 @@
 becomes (the sweeper's). No flux, no systemd: a bridge that answers each stop at once."""
 
 import errno
-import logging
 import types
 
 import pytest
-from test_usage import SLICE, UNIT, tree
+from test_usage import SLICE, UNIT, Proc, accounting, tree
 
-from flux_sdexec.adapters.usage import Accounting
 from flux_sdexec.containment import cgroups
-from flux_sdexec.errors import UnitError
-from flux_sdexec.states import ProcState
+from flux_sdexec.core.errors import UnitError
+from flux_sdexec.core.states import ProcState
 
 
 class Stops:
@@ -48,37 +46,33 @@ class Sweeps:
 def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
     tmp_path, gone, stop_sent, reset_sent, opts, stopped
 ):
-    svc = types.SimpleNamespace(bridge=Stops(), sweeper=Sweeps())
-    acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
+    bridge = Stops()
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=bridge, sweeper=Sweeps())
     unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone)
-    p = types.SimpleNamespace(
+    p = Proc(
         unit=unit,
         cmd=types.SimpleNamespace(opts=opts, label=None),
-        usage=None,
         state=ProcState.DONE,
-        stop_sent=stop_sent,
-        reset_sent=reset_sent,
-        slice_stopped=False,
-        accounting_slice=None if opts else SLICE,
+        calls=types.SimpleNamespace(stop_sent=stop_sent, reset_sent=reset_sent),
     )
-    acc.observe(p)
-    acc.observe(p)  # once only
-    assert svc.bridge.stopped == ([SLICE] if stopped else [])
+    if not opts:
+        acc.adopted(p, {"Slice": SLICE})  # in a slice of its own
+    acc.reached(p)
+    acc.reached(p)  # once only
+    assert bridge.stopped == ([SLICE] if stopped else [])
 
 
-def done_proc(gone):
+def done_proc(acc, gone):
     """A record sdexec is done with, of a unit with an accounting slice (``gone``: seen end)."""
     unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone)
-    return types.SimpleNamespace(
+    p = Proc(
         unit=unit,
         cmd=types.SimpleNamespace(opts={}, label=None),
-        usage=None,
         state=ProcState.DONE,
-        stop_sent=False,
-        reset_sent=False,
-        slice_stopped=False,
-        accounting_slice=SLICE,
+        calls=types.SimpleNamespace(stop_sent=False, reset_sent=False),
     )
+    acc.adopted(p, {"Slice": SLICE})
+    return p
 
 
 @pytest.mark.parametrize(
@@ -91,15 +85,15 @@ def done_proc(gone):
 )
 def test_a_slice_stop_that_did_not_go_through_goes_to_the_sweeper(tmp_path, answer, swept):
     """A stop lost to a manager reexec left the slice running for good (chaos seed 12)."""
-    svc = types.SimpleNamespace(bridge=Stops(answer), sweeper=Sweeps(), log=logging.getLogger())
-    acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
-    acc.observe(done_proc(gone=True))
-    assert svc.sweeper.swept == swept
+    sweeper = Sweeps()
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=Stops(answer), sweeper=sweeper)
+    acc.reached(done_proc(acc, gone=True))
+    assert sweeper.swept == swept
 
 
 def test_the_slice_of_a_unit_left_to_the_sweeper_is_stopped_too(tmp_path):
     """A start systemd never answered (the unit swept, never seen): its slice was left."""
-    svc = types.SimpleNamespace(bridge=Stops(), sweeper={UNIT}, log=logging.getLogger())
-    acc = Accounting(svc, proc=tree(tmp_path, cgroups.UNIFIED), kmsg="")
-    acc.observe(done_proc(gone=False))
-    assert svc.bridge.stopped == [SLICE]
+    bridge = Stops()
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=bridge, sweeper={UNIT})
+    acc.reached(done_proc(acc, gone=False))
+    assert bridge.stopped == [SLICE]

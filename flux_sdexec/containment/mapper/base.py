@@ -9,7 +9,7 @@ class has them, merges their dicts and passes the result through
 
 import json
 
-from flux_sdexec.values import parse_idset
+from flux_sdexec.core.values import parse_idset
 
 # R_lite child names and the map_<type> each one feeds (flux-core's rlist keys)
 RESOURCE_TYPES = (("core", "cores"), ("gpu", "gpus"))

@@ -1,0 +1,348 @@
+"""The sdexec service on one flux handle: the composition root, and the one way in.
+
+``SdexecService`` builds every part and wires them: each part takes in its constructor
+what it uses, and nothing else holds the service. ``feed(p, input)`` runs the state
+machine and carries out the actions it returns; everything that happens to a process (a
+systemd signal, an EOF, a timer, a request) goes through it. The parts: ``bus.BusWatcher``
+(signals in), ``actions.ActionRunner`` (orders out), ``adopt`` (leftover units at load),
+``catchup`` (every unit again after a reconnect), ``requests.Requests`` (the RPCs),
+``mapper_client`` (containment lookups before a start). ``unload`` is the one place that
+orders the end.
+"""
+
+import errno
+import json
+import os
+
+from flux_sdexec import __version__
+from flux_sdexec import config
+from flux_sdexec.config import Settings
+from flux_sdexec.core import handoff, orphans, settle, unitstate
+from flux_sdexec.broker import adopt, introspect
+from flux_sdexec.broker.containment_check import ContainmentChecker, pid_in_unit
+from flux_sdexec.broker.requests import Requests
+from flux_sdexec.broker.actions import ActionRunner
+from flux_sdexec.broker.after_release import Releases, StartsAfterRelease
+from flux_sdexec.broker.catchup import CatchUp
+from flux_sdexec.broker.mapper_client import MapperLookups
+from flux_sdexec.broker.memo import JobMemos
+from flux_sdexec.broker.orphan_watch import OrphanWatch
+from flux_sdexec.broker.messages import Responder, is_local, sender_of
+from flux_sdexec.broker.outbox import Outbox
+from flux_sdexec.systemd import guard, teardown
+from flux_sdexec.systemd.holds import Holds
+from flux_sdexec.systemd.keepers import Keepers
+from flux_sdexec.systemd.bridge import SystemdBridge
+from flux_sdexec.systemd.bus import BusWatcher
+from flux_sdexec.systemd.calls import Calls
+from flux_sdexec.systemd.sweeper import Sweeper
+from flux_sdexec.broker.accounting import Accounting
+from flux_sdexec.broker.watchers import Watchers
+from flux_sdexec.core.errors import RequestError, UnitError
+from flux_sdexec.core.events import (
+    KillUnit,
+    ResetFailedUnit,
+    StopUnit,
+    UnitChanged,
+    UnitLost,
+    Unloading,
+)
+from flux_sdexec.core.lifecycle import UNLOADING_TEXT
+from flux_sdexec.core.machine import fail, handle
+from flux_sdexec.core.registry import Registry
+from flux_sdexec.core.states import ProcState
+
+REMOTE_TEXT = "Remote sdexec requests are not allowed on rank 0"
+# orders to systemd go out before the rest of a batch: they start the longest waits, and
+# nothing a client sees depends on it (their effects come back through later signals)
+SYSTEMD_CALLS = (StopUnit, ResetFailedUnit, KillUnit)
+
+
+class SdexecService:
+    """All of sdexec's state on one broker rank.
+
+    Args:
+        handle: the module's flux handle.
+        log: the module's BrokerLogger.
+        rank: this broker's rank.
+        local_uri: the broker's ``local-uri`` (FLUX_URI of every unit).
+        namer: a ``naming.UnitNamer``.
+        debug: ``[systemd] sdexec-debug``.
+        unload_policy: ``[systemd] sdexec-unload``.
+        containment_check: ``[sdexec] containment-check``.
+        containment_required: ``[sdexec] containment-required``.
+        broker_pid: the broker's pid, watched by the guard of handed-over units.
+        module_file: the module file loaded (stats-get says which).
+        systemd_timeout: ``[sdexec] systemd-timeout``, the budget of a systemd call.
+        orphan_interval: ``[sdexec] orphan-check-interval`` (broker/orphan_watch.py).
+        jobs_outlive_shutdown: the broker runs with ``FLUX_DISABLE_JOB_CLEANUP`` (handoff.py).
+        restart_grace: ``[sdexec] restart-grace`` (handoff.py).
+        bridge_class: what reaches systemd (``SystemdBridge``; tests give a fake).
+    """
+
+    def __init__(
+        self,
+        handle,
+        log,
+        rank,
+        local_uri,
+        namer,
+        debug=False,
+        unload_policy=handoff.KEEP_WAITABLE,
+        containment_check="enforce",
+        containment_required=(),
+        broker_pid=None,
+        module_file=None,
+        systemd_timeout=settle.DEFAULT_BUDGET,
+        orphan_interval=orphans.DEFAULT_INTERVAL,
+        jobs_outlive_shutdown=False,
+        restart_grace=handoff.DEFAULT_RESTART_GRACE,
+        bridge_class=SystemdBridge,
+    ):
+        self.log = log
+        self.rank = rank
+        self.settings = Settings(debug, unload_policy, restart_grace)
+        self.jobs_outlive_shutdown = jobs_outlive_shutdown
+        self.broker_pid = broker_pid
+        self.module_file = module_file
+        self.guard = handoff.guard_unit(namer.instance, rank)
+        self.registry = registry = Registry()
+        self.watchers = watchers = Watchers(handle, log)
+        self.memos = JobMemos(handle, log, watchers)
+        self.containment = ContainmentChecker(
+            log, containment_check, containment_required, memo=self.memos.not_enforced
+        )
+        self.responder = responder = Responder(Outbox(handle, log, watchers))
+        # systemd: several brokers on one manager take their signals through the bus,
+        # which filters them by unit
+        self.bridge = bridge = bridge_class(
+            self._unit_changed, unitstate.TRACKED, shared=namer.rank_suffix
+        )
+        bridge.open()
+        self.bus = bus = BusWatcher(bridge, watchers, log, lambda: self.catch_up.catch_up())
+        self.calls = calls = Calls(bridge, bus, watchers, log, systemd_timeout)
+        self.catch_up = CatchUp(bridge, registry, calls, self.feed, self._lost, log, calls.deadline)
+        self.sweeper = sweeper = Sweeper(bridge, bus, watchers, log, calls.deadline)
+        self.accounting = Accounting(handle, log, rank, registry, responder, bridge, sweeper)
+        # waitable units stay loaded once ended (holds.py), notify ones through a bus loss
+        # (keepers.py); a start of a name whose hold and keeper are not both released yet
+        # waits for them (after_release.py)
+        self.after_release = StartsAfterRelease(self.serve, responder.respond_error, sender_of)
+        self.releases = releases = Releases(self.after_release.gone)
+        self.holds = Holds(log, watchers, on_released=releases.hold_over)
+        self.keepers = Keepers(
+            bridge, bus, watchers, sweeper, log, calls.deadline, releases.keeper_over
+        )
+        releases.holds, releases.keepers = self.holds, self.keepers
+        self.runner = ActionRunner(
+            handle, log, rank, self.settings, responder, bridge, bus, calls, sweeper, watchers,
+            self.containment, self.accounting, self.feed,
+        )  # fmt: skip
+        # flux: the mapper's lookups, the job queries of suspect shells, the requests
+        self.lookups = MapperLookups(
+            handle, log, rank, self.serve, responder.respond_error, sender_of,
+            lambda: self.settings.debug,
+        )  # fmt: skip
+        self.orphans = OrphanWatch(handle, log, watchers, registry, self.feed, orphan_interval)
+        self.listings = introspect.UnitListings(
+            rank, registry, namer, self.orphans.job_seen, bridge, bus, calls, responder
+        )
+        self.requests = Requests(
+            log=log, rank=rank, settings=self.settings, local_uri=local_uri, namer=namer,
+            registry=registry, feed=self.feed, responder=responder, bridge=bridge, bus=bus,
+            calls=calls, sweeper=sweeper, watchers=watchers, keepers=self.keepers,
+            releases=releases, after_release=self.after_release, lookups=self.lookups,
+            listings=self.listings, orphans=self.orphans, accounting=self.accounting,
+            stats=self.stats,
+        )  # fmt: skip
+        # the units an earlier sdexec left, then the guard that held them goes
+        self.adopted = adopt.adopt_leftovers(
+            log=log, namer=namer, registry=registry, feed=self.feed, bridge=bridge, bus=bus,
+            holds=self.holds, keepers=self.keepers, sweeper=sweeper,
+            accounting=self.accounting, orphans=self.orphans, guard_unit=self.guard,
+        )  # fmt: skip
+        guard.stop(bridge, log, self.guard)  # after: it holds units that ended
+        bus.pump()
+
+    def feed(self, p, event, pump=False):
+        """Apply one input to SdProc ``p`` and carry out the actions, each on its own."""
+        try:
+            actions = handle(p, event)
+        except Exception as exc:  # a bug in the core: nothing was changed; fail the process
+            actions = fail(p, f"{type(event).__name__}: {exc!r}")
+        self.accounting.reached(p)  # its slice read at the exit, before the answers go out
+        if len(actions) > 1:
+            actions.sort(key=lambda a: not isinstance(a, SYSTEMD_CALLS))
+        for action in actions:
+            try:
+                self.runner.run(p, action)
+            except Exception as exc:
+                self.log.error(f"{p.unit.name}: {type(action).__name__}: {exc!r}")
+        if p.state is not ProcState.STARTING:
+            self.calls.started(p.unit.name)
+            if p.cmd.waitable and not p.unit.gone:
+                self.holds.hold(p.unit.name)  # loaded with its status once ended (holds.py)
+            if p.state is ProcState.DONE:
+                self.registry.remove(p)
+                keeper = self.keepers.forget(p.unit.name)
+                self.releases.release(p.unit.name, keeper)  # then after_release.gone
+        if pump:
+            self.bus.pump()
+
+    def _unit_changed(self, unit, props):
+        p = self.registry.by_unit(unit)
+        if p is None:
+            return
+        if self.settings.debug:
+            state = f"{props.get('ActiveState', '-')}.{props.get('SubState', '-')}"
+            self.log.debug(f"{unit}: {state} {json.dumps(props, default=str)[:200]}")
+        self.feed(p, UnitChanged(props))
+
+    def _lost(self, p):
+        """A started unit the manager does not have after a reconnect (it restarted): its
+        processes, outside any manager now, get the unit's stop signal (a job shell's IMP
+        kills the whole job on SIGUSR1), and the exec ends with the error saying so."""
+        text = f"the systemd manager restarted without {p.unit.name}"
+        if pid_in_unit(p.pid, p.unit.name):
+            try:
+                os.kill(p.pid, p.cmd.stop_signal)
+                text += f": its processes were sent signal {p.cmd.stop_signal}"
+            except OSError as exc:
+                self.log.error(f"{p.unit.name}: signal {p.cmd.stop_signal} to {p.pid}: {exc}")
+        self.log.error(f"{p.unit.name}: unknown to systemd after the reconnect: {text}")
+        self.feed(p, UnitLost(text))
+        for props in unitstate.lost_signals(p.pid):
+            self._unit_changed(p.unit.name, props)
+
+    def serve(self, msg, verb, func, remote_ok=False):
+        """Run ``func(msg)`` for a request, turning any failure into one error response."""
+        try:
+            if not remote_ok and self.rank == 0 and not is_local(msg):
+                raise RequestError(errno.EPERM, REMOTE_TEXT)
+            func(msg)
+        except OSError as exc:
+            self.responder.respond_error(msg, exc.errno or errno.EINVAL, exc.strerror or str(exc))
+        except Exception as exc:
+            self.log.error(f"{verb}: {exc!r}")
+            self.responder.respond_error(msg, errno.EINVAL, f"{verb}: internal error: {exc}")
+        self.bus.pump()
+
+    def reconfigure(self, conf):
+        """``config-reload``: every key checked (RequestError) before any is applied."""
+        debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
+        check, required = config.containment_check(conf), config.containment_required(conf)
+        budget, interval = config.systemd_timeout(conf), config.orphan_check_interval(conf)
+        grace = config.restart_grace(conf)
+        self.settings.debug, self.settings.unload_policy = debug, policy
+        self.settings.restart_grace = grace
+        self.containment.configure(check, required)  # the host's set read again
+        self.calls.budget = budget
+        self.orphans.interval = interval
+
+    def stats(self):
+        """``sdexec.stats-get``: flux-core's per-unit ``procs`` plus our module's own facts."""
+        return {
+            "procs": introspect.procs_stats(self.registry),
+            "version": __version__,
+            "module": self.module_file,
+            "systemd": introspect.systemd_link(self.bridge.via),
+            "reconnects": self.bus.reconnects,
+            "signals": self.bridge.signals.stats(),
+            "tracked": introspect.tracked_counts(self.registry),
+            "adopted": self.adopted,
+            "containment": self.containment.stats(),
+            "systemd-timeout": self.calls.budget,
+            "sweeping": self.sweeper.units(),
+            "orphan-checks": self.orphans.checks,
+            "orphans-stopped": self.orphans.stopped,
+        }
+
+    def unload(self, broker_state):
+        """Answer what is owed with ENOSYS and stop every unit still running, except
+        those handed over to the next sdexec (``handoff.units_to_keep``). The one place
+        that orders the end; each step says why it comes where it does.
+
+        Args:
+            broker_state: the local broker's state-machine state, None when unknown.
+        """
+        policy, outlive = self.settings.unload_policy, self.jobs_outlive_shutdown
+        keep = handoff.units_to_keep(self.registry, policy, broker_state, self.holds.held, outlive)
+        if not handoff.instance_stays(policy, broker_state, outlive) and len(self.registry):
+            self.log.info(f"unload ({policy}, broker state {broker_state}): stopping every unit")
+        # 1. no new work: what waits for a reply of flux's or of a part is answered
+        for part in (self.lookups, self.after_release, self.listings):
+            part.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
+        self.orphans.close()
+        self.memos.close()
+        # 2. what goes and what stays, read before the state machine forgets it
+        stopped = [
+            p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep
+        ]
+        timers = {
+            p.unit.name: (p.cmd.stop_timer_sec, p.cmd.stop_signal)
+            for p in self.registry
+            if p.cmd.stop_timer_sec is not None
+        }
+        slices = self.accounting.slices(p for p in self.registry if p.unit.name in keep)
+        # 3. the state machine answers its requests and sends the stops; the references
+        # and keepers of the units kept stay until the guard holds them
+        self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
+        self.holds.hand_over()
+        self.keepers.hand_over(keep)
+        answer_waits = handoff.answers_waits(broker_state, outlive)
+        for p in self.registry:
+            self.feed(p, Unloading(keep=p.unit.name in keep, answer_wait=answer_waits))
+        # 4. blocking from here on (the reactor is done): stop what goes, guard what stays
+        try:
+            left = self._stop_what_goes(stopped)
+            self._guard_what_stays(keep, slices, timers, broker_state)
+        except UnitError as exc:
+            self.log.error(f"unload: {exc}")
+            left = None
+        finally:
+            self.holds.close()  # only now: the guard, loaded, refers to the units kept
+        if left is not None:
+            signals = {unit: signum for unit, (_, signum) in timers.items()}
+            try:
+                teardown.see_units_gone(self.bridge, self.log, stopped + left, stop_signals=signals)
+            except UnitError as exc:
+                self.log.error(f"unload: {exc}")
+        # 5. the stops of slices and keepers answered; one refused or not answered by now
+        # reached the sweeper, closed: one more stop, then the connection goes
+        teardown.await_replies(self.bridge, self.log)
+        self.bridge.fail_pending(UnitError(errno.ETIMEDOUT, "systemd did not answer by unload"))
+        late = self.sweeper.close()
+        if late:
+            teardown.stop_again(self.bridge, self.log, late)
+        self.keepers.close()
+        self.bridge.close()
+        # 6. flux: waits held for a usage lookup the reactor will not answer, then the
+        # responses still queued
+        self.accounting.flush()
+        self.responder.outbox.close()
+        self.accounting.close()
+
+    def _stop_what_goes(self, stopped):
+        """Stop the units ``stopped`` again if the connection was lost meanwhile, and the
+        units the sweeper still had; returns those of the sweeper's not among them."""
+        if teardown.ensure_connected(self.bridge, self.log):
+            for unit in stopped:  # the stops just sent were lost with the connection
+                teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
+        swept = self.sweeper.close()
+        for unit in swept:
+            teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
+        return [unit for unit in swept if unit not in stopped]
+
+    def _guard_what_stays(self, keep, slices, timers, broker_state):
+        """Start the guard unit that holds the units kept (and their slices) for the next
+        sdexec, with their stop timers (handoff.py)."""
+        if not keep or self.broker_pid is None:
+            return
+        kept = {unit: timers[unit] for unit in keep if unit in timers}
+        after = handoff.guard_after_exit(broker_state, self.settings.restart_grace)
+        if after:
+            self.log.info(
+                f"unload (broker state {broker_state}, running jobs outlive it):"
+                f" {len(keep)} job shell(s) kept for {after:g} s after the broker exits"
+            )
+        guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices, kept, after)

@@ -1,0 +1,128 @@
+"""The transition table: (state, input or unit phase) -> (states it may lead to, handler).
+
+Everything that decides which step of a process's life happens when lives here, as
+data; lifecycle.py says what each step does and machine.py applies them. An input
+with no row in the process's state is refused (machine.py fails the process); a unit
+phase with no row means nothing in that state. The theory of operation, from the
+design and flux-core's sdexec.c:
+
+- started: a client learns the pid from "started". It goes out once the process
+  runs, or once its exit status is known (systemd coalesces quick transitions, so a
+  short process may never be seen running), so a command that cannot be executed
+  gets only its ENOENT, never a "started" first.
+- finished: the unit runs with RemainAfterExit, so its main process's exit leaves
+  it active/exited with ExecMainCode/ExecMainStatus set: that is the wait status.
+- stop: the active/exited unit still holds the stdio sockets it was given; StopUnit
+  makes systemd let go of them, and only then do our channels see EOF.
+- reset-failed: a unit whose process failed (non-zero exit, signal, exec failure)
+  stays loaded as failed until ResetFailedUnit; reset it so nothing is left behind.
+  A waitable background unit is the exception: it stays loaded, as the record of the
+  status, until a wait collects it, and a short grace after that (waits.py).
+- EOF/ENODATA order: ENODATA closes the exec stream, so it goes out only when the
+  unit is gone (inactive again) and every output channel has reached EOF: nothing
+  can follow it.
+- stop timer: armed when the unit enters deactivating, it escalates SIGTERM, the
+  configured signal, then EDEADLK; machine.py cancels it whenever the unit leaves
+  deactivating or the process leaves the states where it may run (ESCALATING).
+Pure: stdlib only.
+"""
+
+from flux_sdexec.core import lifecycle as h
+from flux_sdexec.core import orphans as o
+from flux_sdexec.core import waits as w
+from flux_sdexec.core.events import (
+    AnswerMaybeLost,
+    ContainmentChecked,
+    ClientGone,
+    GraceExpired,
+    JobGone,
+    OutputChunk,
+    OutputClosed,
+    OutputDrained,
+    StartFailed,
+    StopTimerExpired,
+    UnitChanged,
+    UnitLost,
+    Unloading,
+    WaitRequested,
+    WaiterGone,
+    HoldsStart,
+    LabelReused,
+)
+from flux_sdexec.core.states import ESCALATING, LIVE, Phase, ProcState
+
+S = ProcState
+STARTING, RUNNING, FINISHED, FAILED = S.STARTING, S.RUNNING, S.FINISHED, S.FAILED
+ZOMBIE, ANSWERED, RELEASING, DONE = S.ZOMBIE, S.ANSWERED, S.RELEASING, S.DONE
+# where a process whose unit is over may end up, depending on its flags
+ENDS = {DONE, ZOMBIE, ANSWERED, RELEASING}
+
+TABLE = {}
+
+
+def row(states, key, targets, handler):
+    """Add the rows (state, key) for each of ``states``; a target of None means "stay"."""
+    for state in states:
+        TABLE[(state, key)] = (frozenset(state if t is None else t for t in targets), handler)
+
+
+# ---- unit phases (state-triggered) ----
+# the AllowedCPUs check (debug mode) runs before "started" may go out: a failed check is
+# an EIO without "started", as in flux-core
+row([STARTING], Phase.POST_START_CHECK, [None], h.post_start_check)
+# started: see the module docstring; an adopted unit's "started" went out long ago
+row([STARTING], Phase.STARTED, [RUNNING], h.started)
+# finished: foreground answers it, background logs it; a waitable one becomes a zombie
+# (or answers its parked wait)
+row([RUNNING], Phase.EXITED, [FINISHED, *ENDS], h.exited)
+# exec failure (systemd exit 200-243): stored as ENOENT, answered when the unit is gone
+row([STARTING, RUNNING], Phase.EXEC_FAILED, [FAILED, ZOMBIE, ANSWERED, RELEASING], h.exec_failed)
+# stop / reset-failed, unless the unit is kept as a waitable's record
+row(ESCALATING, Phase.OVER, [None], h.over)
+# the stop timer starts when systemd starts stopping the unit
+row(ESCALATING, Phase.DEACTIVATING, [None], h.deactivating)
+# EOF/ENODATA order: the terminal response waits for the unit to be gone and the EOFs
+row(ESCALATING, Phase.GONE, [None, *ENDS], h.gone)
+# a released unit is watched until systemd has forgotten it
+row([RELEASING], Phase.SETTLE, [RELEASING, DONE], h.settle)
+
+# ---- inputs (event-triggered) ----
+# what systemd says is recorded in every state; the phases above decide what it means
+row(LIVE, UnitChanged, [None], h.same)
+# systemd refused the start: answer the error, nothing of the unit is ours to let go
+row(ESCALATING, StartFailed, [DONE], h.start_failed)
+# background output is logged (and retained for a wait) until the channels close
+row(LIVE, OutputChunk, [None], h.output_chunk)
+row(LIVE, OutputClosed, [None], h.output_closed)
+# a wait asked for the output written so far: answer it now
+row([ZOMBIE], OutputDrained, [ZOMBIE, ANSWERED, RELEASING, DONE], w.output_drained)
+# the answer to CheckContainment; a process that failed meanwhile ignores it
+row([STARTING], ContainmentChecked, [STARTING, FAILED], h.post_start_checked)
+row([FAILED], ContainmentChecked, [FAILED], h.post_start_checked)
+# escalation steps; a zombie or releasing process has no timer, but an expiry may have
+# been queued before the cancel
+row(ESCALATING, StopTimerExpired, [None, *ENDS], h.stop_timer_expired)
+row([ZOMBIE, ANSWERED, RELEASING], StopTimerExpired, [None], h.same)
+# a gone client's foreground unit is SIGKILLed; background units live on
+row(LIVE, ClientGone, [None], h.client_gone)
+# a wait parks until the process is over, or collects a zombie's status
+row(ESCALATING, WaitRequested, [None], w.wait_requested)
+row([ZOMBIE], WaitRequested, [ZOMBIE, RELEASING, DONE], w.wait_requested)
+row([*ESCALATING, ZOMBIE], WaiterGone, [None], w.waiter_gone)
+# the answer grace (waits.py): the client of an answered parked wait left soon after, so
+# the answer may be lost: the record is a zombie again; a grace (or a revived record's
+# hold) that ends lets the unit go
+row([ANSWERED], AnswerMaybeLost, [ZOMBIE, RELEASING, DONE], w.answer_maybe_lost)
+row(LIVE, GraceExpired, [None, RELEASING, DONE], w.grace_expired)
+# the manager restarted without a running unit (catchup.py): its exec ends with an error
+row(ESCALATING, UnitLost, [None], h.unit_lost)
+# a job shell whose job is over is stopped (orphans.py); its record, if over, let go
+row(ESCALATING, JobGone, [None], o.job_gone)
+row([ZOMBIE], JobGone, [ZOMBIE, RELEASING, DONE], o.job_gone)
+row([ANSWERED, RELEASING], JobGone, [None], h.same)
+# a new exec takes the label of a record whose status was given: it goes at once
+row(LIVE, LabelReused, [None, RELEASING, DONE], w.label_reused)
+# an adopted record's hold counts from the first wait since load (waits.py)
+row(LIVE, HoldsStart, [None], w.holds_start)
+# unload answers what is owed (ENOSYS) and lets the unit go
+row(LIVE, Unloading, [DONE], h.unloading)

@@ -1,0 +1,95 @@
+"""The usage record: what one unit used, its JSON, where a job keeps it, and a job's total.
+
+The one schema of the record that ``containment/cgroup_usage.py`` builds from a slice's
+cgroup files, ``broker/accounting.py`` answers and writes, and ``flux sdexec usage`` reads.
+Its JSON travels three ways: the ``usage`` field of an ``sdexec.wait`` answer (the record
+alone), the job's KVS key ``job.<id>.sdexec-usage.<rank>`` (the record, then where it was
+read: ``placed``), and each process of an ``sdexec.usage`` answer (the record, then which
+process: ``live``). Pure: stdlib only; imports nothing of the package.
+"""
+
+import dataclasses
+from typing import Optional
+
+KVS_DIR = "sdexec-usage"  # in the job's KVS directory: one key per rank
+FIGURES = ("cpu_user_s", "cpu_sys_s", "memory_peak", "tasks_peak", "oom_kills")
+
+
+def kvs_dir(dothex):
+    """The KVS directory of job ``dothex`` (its id in ``JobID.dothex`` form) holding the
+    records of its ranks."""
+    return f"job.{dothex}.{KVS_DIR}"
+
+
+def kvs_key(dothex, rank):
+    """The KVS key of rank ``rank``'s record of job ``dothex``."""
+    return f"{kvs_dir(dothex)}.{rank}"
+
+
+@dataclasses.dataclass(frozen=True)
+class UsageRecord:
+    """What one unit used, read from its accounting slice. A figure is None when it could
+    not be read; ``null_reasons`` then says why."""
+
+    cpu_user_s: Optional[float]  # CPU time in user mode, seconds
+    cpu_sys_s: Optional[float]  # CPU time in kernel mode, seconds
+    memory_peak: Optional[int]  # the most memory the kernel charged at once, bytes
+    tasks_peak: Optional[int]  # the most tasks (threads) at once, a count
+    oom_kills: Optional[int]  # tasks killed by the OOM killer, a count
+    wall_s: Optional[float]  # from the start to the exit (or now, running), seconds (ms)
+    result: Optional[str]  # systemd's Result ("success", "signal", ...); None while running
+    status: Optional[int]  # the wait status of the main process; None while running
+    null_reasons: Optional[dict] = None  # {figure: why it is None}; None: not in the JSON
+
+    def to_json(self):
+        """The record as a JSON object, keys in the order they were always written."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.null_reasons is None:
+            del out["null_reasons"]
+        return out
+
+    @classmethod
+    def from_json(cls, obj):
+        """The record in JSON object ``obj``; a key it lacks is None. What it adds (where
+        it was read: ``placed``, ``live``) is not part of the record."""
+        return cls(**{f.name: obj.get(f.name) for f in dataclasses.fields(cls)})
+
+    def placed(self, rank, host, unit):
+        """The JSON of the job's KVS key: the record, read on ``rank`` (broker rank) of
+        ``host`` (host name) from ``unit`` (unit name)."""
+        return dict(self.to_json(), rank=rank, host=host, unit=unit)
+
+    def live(self, unit, jobid, running):
+        """One process of an ``sdexec.usage`` answer: the record of ``unit`` (unit name),
+        job shell of ``jobid`` (f58plain, or None), ``running`` (figures read now)."""
+        return dict(self.to_json(), unit=unit, jobid=jobid, running=running)
+
+
+def total(records):
+    """A job's total over its ranks' JSON records (each with its ``rank``): CPU summed,
+    peak memory and tasks the largest (with the rank of the memory peak), OOM kills
+    summed; a figure no rank gave stays None."""
+    figures = [(r["rank"], UsageRecord.from_json(r)) for r in records]
+
+    def values(key):
+        return [getattr(u, key) for _, u in figures if getattr(u, key) is not None]
+
+    def summed(key):
+        found = values(key)
+        return round(sum(found), 6) if found else None
+
+    peak = max(
+        ((rank, u.memory_peak) for rank, u in figures if u.memory_peak is not None),
+        key=lambda found: found[1],
+        default=None,
+    )
+    tasks = values("tasks_peak")
+    return {
+        "ranks": len(records),
+        "cpu_user_s": summed("cpu_user_s"),
+        "cpu_sys_s": summed("cpu_sys_s"),
+        "memory_peak": peak[1] if peak else None,
+        "memory_peak_rank": peak[0] if peak else None,
+        "tasks_peak": max(tasks) if tasks else None,
+        "oom_kills": summed("oom_kills"),
+    }
