@@ -107,8 +107,8 @@ class Answers:
     """What the exec request has been answered (the design's response-sent flags).
 
     Written by the core's handlers (lifecycle.py, ``SdProc.start_output``). ``imp_error``
-    is one object for the process's life, never copied: the foreground stderr sink
-    (broker/sinks.py) feeds it every chunk it forwards, the core (lifecycle.py) every
+    is one object for the process's life, never copied: the foreground stderr reader
+    (broker/output.py) feeds it every chunk it forwards, the core (lifecycle.py) every
     chunk it logs; impfatal.py reads it.
     """
 
