@@ -8,7 +8,7 @@ Five more the design's list does not name: where the process is (``state``, tabl
 the error its terminal response carries (``error``), the sdexec.wait sub-state
 (``wait``, waits.py), whether it was adopted at load (``adopted``) and why it is stopped
 as an orphan (``orphan``, orphans.py). Flags that change together are one typed
-sub-record (``Calls``, ``Answers``, ``Wait``; each says who writes it) or one small enum
+sub-record (``SentCalls``, ``Answers``, ``Wait``; each says who writes it) or one small enum
 (states.py's ``ExecAnswer``, ``Hold``), never a bag of booleans.
 
 It does not mirror the C struct field for field: no futures or watchers, and nothing an
@@ -68,7 +68,7 @@ class StopTimer:
         return c
 
 
-class Calls:
+class SentCalls:
     """The calls made for the process, each at most once: to systemd (start, stop,
     reset-failed, a SIGKILL deferred until the process runs) and the post-start
     containment check. What they answer comes back as inputs.
@@ -96,7 +96,7 @@ class Calls:
         self.kill_when_started = False  # a fg client left before its process ran
 
     def copy(self):
-        c = Calls.__new__(Calls)
+        c = SentCalls.__new__(SentCalls)
         c.start_sent, c.stop_sent, c.reset_sent = self.start_sent, self.stop_sent, self.reset_sent
         c.post_start_check, c.check_sent = self.post_start_check, self.check_sent
         c.kill_when_started = self.kill_when_started
@@ -176,7 +176,7 @@ class SdProc:
         self.exec_request = exec_request  # the original request message; answers go to it
         self.adopted = adopted  # found at load, left by an earlier sdexec
         self.cmd = cmd  # the command: argv, env, label, flags, options
-        self.calls = Calls(adopted, cmd.post_start_check)  # the calls made for it
+        self.calls = SentCalls(adopted, cmd.post_start_check)  # the calls made for it
         self.unit = Unit(unit)  # what systemd last said about the unit
         streams = set(cmd.streams)
         self.in_ = Channel("stdin", not cmd.background)  # stdin

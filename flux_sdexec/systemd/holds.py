@@ -190,13 +190,8 @@ class Holds:
             self._on_released(*self._released.pop(0))
 
     def _late(self, unit):
-        if self._old is not None:  # the holds are being taken again already: look again
-            self._log.debug(f"{unit}: Unref not answered, nor the holds taken again: waiting")
-            self._releasing[unit].reset(after=UNREF_TIMEOUT)
-            return
-        self._log.warning(f"{unit}: Unref not answered in {UNREF_TIMEOUT:g}s: reconnecting")
-        self._reconnect("every unit held", lost=False)
-        self._notify()
+        why = f"{unit}: Unref not answered in {UNREF_TIMEOUT:g}s"
+        self._move_holds(self._releasing[unit], UNREF_TIMEOUT, why)
 
     def _not_taken(self, member, unit, text):
         """systemd did not answer ``member`` for ``unit`` before it re-executed: see the
@@ -215,11 +210,18 @@ class Holds:
             self._move_timer.reset(after=MOVE_DELAY)
 
     def _move(self):
-        if self._old is not None:  # a move is under way: this one follows it
-            self._move_timer.reset(after=MOVE_DELAY)
+        if self._old is None:
+            self._moves += 1
+        self._move_holds(self._move_timer, MOVE_DELAY, "units held: a Ref not taken (reexec)")
+
+    def _move_holds(self, timer, after, why):
+        """Take every hold again on a new connection, the current one kept open until the
+        new Refs are answered; while such a move is under way, ``timer`` tries again in
+        ``after`` seconds (at most two connections)."""
+        if self._old is not None:
+            timer.reset(after=after)
             return
-        self._moves += 1
-        self._log.warning("units held: a Ref not taken by systemd (reexec): reconnecting")
+        self._log.warning(f"{why}: reconnecting")
         self._reconnect("every unit held", lost=False)
         self._notify()
 

@@ -69,6 +69,18 @@ def keeper_of(unit, props):
     return keeper if keeper is not None and keeper in (props.get("Wants") or ()) else None
 
 
+class _Looks:
+    """The looks for one unit until systemd has unloaded it."""
+
+    __slots__ = ("keeper", "loaded", "lost", "timer")
+
+    def __init__(self, keeper):
+        self.keeper = keeper  # its keeper, being stopped (None: only looked for)
+        self.loaded = 0  # looks that found it loaded
+        self.lost = 0  # looks lost with systemd
+        self.timer = None  # the timer of the next look
+
+
 class Keepers:
     """The keepers being released, until systemd has unloaded their units.
 
@@ -89,7 +101,7 @@ class Keepers:
         self._deadline = deadline
         self._on_gone = on_gone
         self._of = {}  # unit -> its keeper, from its start (or adoption) until its release
-        self._stopping = {}  # unit -> [its keeper or None, looks done, looks lost, look timer]
+        self._stopping = {}  # unit -> its _Looks, until systemd has unloaded it
         self._kept = set()  # units the unload hands over with their keepers
 
     def record(self, unit, keeper):
@@ -117,7 +129,7 @@ class Keepers:
         """Stop ``keeper``, then look ``unit`` up until systemd has unloaded it."""
         if unit in self._stopping or unit in self._kept:
             return
-        self._stopping[unit] = [keeper, 0, 0, None]
+        self._stopping[unit] = _Looks(keeper)
         self._send(self.bridge.stop_unit, keeper, lambda exc: self._stopped(unit, exc))
 
     def await_unload(self, unit):
@@ -125,14 +137,14 @@ class Keepers:
         connection: systemd drops the reference when it learns of the loss)."""
         if unit in self._stopping or unit in self._kept:
             return
-        self._stopping[unit] = [None, 0, 0, None]
+        self._stopping[unit] = _Looks(None)
         self._look(unit)
 
     def _stopped(self, unit, exc):
         if unit not in self._stopping:
             return
         if exc is not None and exc.errno != errno.ENOENT:
-            self.sweeper.sweep(self._stopping[unit][0], f"stop: {exc}")  # stopped in rounds
+            self.sweeper.sweep(self._stopping[unit].keeper, f"stop: {exc}")  # stopped in rounds
         self._look(unit)
 
     def _look(self, unit):
@@ -144,27 +156,27 @@ class Keepers:
         entry = self._stopping.get(unit)
         if entry is None:
             return
-        if exc is not None and exc.errno in settle.UNKNOWN and entry[2] < LOST_LOOKS_MAX:
-            entry[2] += 1
-            self._look_again(unit, settle.reconnect_delay(entry[2]))
-        elif exc is not None or entry[1] >= LOOKS_MAX:
+        if exc is not None and exc.errno in settle.UNKNOWN and entry.lost < LOST_LOOKS_MAX:
+            entry.lost += 1
+            self._look_again(unit, settle.reconnect_delay(entry.lost))
+        elif exc is not None or entry.loaded >= LOOKS_MAX:
             if exc is None or exc.errno != errno.ENOENT:  # running on, or systemd not there
                 self.log.info(
                     f"{unit}: still loaded after its keeper stopped ({exc or 'no error'})"
                 )
             self._done(unit)
         else:
-            entry[1] += 1
+            entry.loaded += 1
             self._look_again(unit, LOOK_INTERVAL)
 
     def _look_again(self, unit, after):
         entry = self._stopping[unit]
-        if entry[3] is None:
-            entry[3] = self.watchers.timer(after, lambda: self._look(unit), unit)
-        entry[3].reset(after=after)
+        if entry.timer is None:
+            entry.timer = self.watchers.timer(after, lambda: self._look(unit), unit)
+        entry.timer.reset(after=after)
 
     def _done(self, unit):
-        timer = self._stopping.pop(unit)[3]
+        timer = self._stopping.pop(unit).timer
         if timer is not None:
             timer.stop()
             timer.destroy()
@@ -181,7 +193,7 @@ class Keepers:
     def close(self):
         """Unloading: stop looking (the keepers' stops were sent; the unload stops the rest)."""
         for unit in list(self._stopping):
-            timer = self._stopping.pop(unit)[3]
+            timer = self._stopping.pop(unit).timer
             if timer is not None:
                 timer.stop()
                 timer.destroy()
