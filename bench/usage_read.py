@@ -18,7 +18,7 @@ from flux_sdexec.core.registry import Registry  # noqa: E402
 
 
 def main(n=2000):
-    acc = Accounting(None, logging.getLogger("bench"), 0, Registry(), None, None, set())
+    acc = Accounting(logging.getLogger("bench"), 0, "bench", Registry(), None, None, set(), None)
     acc.parent = "/app.slice"
     name = "app-sdexec.slice"
     unit = types.SimpleNamespace(name="sdexec.service", finished=True, result=None, wait_status=0)

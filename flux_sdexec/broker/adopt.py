@@ -17,9 +17,9 @@ from flux_sdexec.core.protocol import ExecRequest
 from flux_sdexec.core.sdproc import SdProc
 from flux_sdexec.systemd import guard, teardown
 from flux_sdexec.systemd.keepers import keeper_of, keeper_unit
-from flux_sdexec.containment import cgroup_usage
+from flux_sdexec.usage import cgroup_usage
 
-# where the accounting slices (containment/cgroup_usage.py) and the keepers (keepers.py) are
+# where the accounting slices (usage/cgroup_usage.py) and the keepers (keepers.py) are
 SLICE_PATTERNS = [f"{cgroup_usage.SLICE_PREFIX}*.slice", "*:*.slice"]
 
 

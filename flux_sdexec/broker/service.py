@@ -13,6 +13,7 @@ orders the end.
 import errno
 import json
 import os
+import socket
 
 from flux_sdexec import __version__
 from flux_sdexec import config
@@ -36,6 +37,7 @@ from flux_sdexec.systemd.bridge import SystemdBridge
 from flux_sdexec.systemd.bus import BusWatcher
 from flux_sdexec.systemd.calls import Calls
 from flux_sdexec.systemd.sweeper import Sweeper
+from flux_sdexec.usage.job_usage import JobUsage
 from flux_sdexec.broker.accounting import Accounting
 from flux_sdexec.broker.watchers import Watchers
 from flux_sdexec.core.errors import RequestError, UnitError
@@ -123,7 +125,9 @@ class SdexecService:
         self.calls = calls = Calls(bridge, bus, watchers, log, systemd_timeout)
         self.catch_up = CatchUp(bridge, registry, calls, self.feed, self._lost, log, calls.deadline)
         self.sweeper = sweeper = Sweeper(bridge, bus, watchers, log, calls.deadline)
-        self.accounting = Accounting(handle, log, rank, registry, responder, bridge, sweeper)
+        host = socket.gethostname()
+        jobs = JobUsage(handle, log, rank, host)
+        self.accounting = Accounting(log, rank, host, registry, responder, bridge, sweeper, jobs)
         # waitable units stay loaded once ended (holds.py), notify ones through a bus loss
         # (keepers.py); a start of a name whose hold and keeper are not both released yet
         # waits for them (after_release.py)

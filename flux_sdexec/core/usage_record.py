@@ -1,7 +1,8 @@
 """The usage record: what one unit used, its JSON, where a job keeps it, and a job's total.
 
-The one schema of the record that ``containment/cgroup_usage.py`` builds from a slice's
-cgroup files, ``broker/accounting.py`` answers and writes, and ``flux sdexec usage`` reads.
+The one schema of the record that ``usage/cgroup_usage.py`` builds from a slice's
+cgroup files, ``broker/accounting.py`` answers, ``usage/job_usage.py`` writes and ``flux
+sdexec usage`` reads.
 Its JSON travels three ways: the ``usage`` field of an ``sdexec.wait`` answer (the record
 alone), the job's KVS key ``job.<id>.sdexec-usage.<rank>`` (the record, then where it was
 read: ``placed``), and each process of an ``sdexec.usage`` answer (the record, then which

@@ -12,7 +12,7 @@ from conftest import systemctl
 from flux_sdexec.broker import adopt
 from flux_sdexec.systemd import teardown
 from flux_sdexec.systemd.keepers import keeper_name
-from flux_sdexec.containment.cgroup_usage import accounting_slice
+from flux_sdexec.usage.cgroup_usage import accounting_slice
 from flux_sdexec.core.naming import UnitNamer
 
 LOG = logging.getLogger("test")

@@ -26,7 +26,7 @@ from flux_sdexec.broker import adopt  # noqa: E402
 from flux_sdexec.broker.accounting import Accounting  # noqa: E402
 from flux_sdexec.systemd import teardown  # noqa: E402
 from flux_sdexec.systemd.keepers import Keepers, keeper_name  # noqa: E402
-from flux_sdexec.containment.cgroup_usage import accounting_slice  # noqa: E402
+from flux_sdexec.usage.cgroup_usage import accounting_slice, stop_slice  # noqa: E402
 from flux_sdexec.core.errors import UnitError  # noqa: E402
 from flux_sdexec.core.naming import UnitNamer  # noqa: E402
 from flux_sdexec.core.registry import Registry  # noqa: E402
@@ -101,7 +101,7 @@ def unload_with_stops_in_flight(monkeypatch, answers):
     monkeypatch.setattr(teardown, "time", Clock())
     bridge = UnloadBridge(answers)
     svc = service(bridge)
-    svc.accounting._stop_slice(SLICE)
+    stop_slice(svc.bridge, svc.sweeper, SLICE)
     svc.keepers.release(UNIT, KEEPER)
     svc.unload(handoff.RUN_STATE)
     return bridge, svc.log
@@ -183,7 +183,9 @@ def test_the_next_load_stops_its_leftover_slices_and_keepers_only(monkeypatch):
     bridge = LoadBridge(left + others)
     registry = Registry()
     registry.add(adopted)
-    accounting = Accounting(None, StubLog(), 0, registry, None, bridge, None, proc="", kmsg="")
+    accounting = Accounting(
+        StubLog(), 0, "node0", registry, None, bridge, None, None, proc="", kmsg=""
+    )
     accounting.adopted(adopted, {"Slice": adopted_slice})
     keepers = Keepers(None, None, None, None, StubLog(), lambda: 5.0, print)
     keepers.record(adopted.unit.name, keeper_name(adopted.unit.name))

@@ -9,9 +9,10 @@ import logging
 import socket
 import types
 
-from flux_sdexec.broker.kmsg import OomLog
+from flux_sdexec.usage.oom_log import OomLog
 from flux_sdexec.broker.accounting import Accounting
-from flux_sdexec.containment import cgroups, cgroup_usage
+from flux_sdexec.containment import cgroups
+from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.core.registry import Registry
 from flux_sdexec.core.usage_record import FIGURES
 
@@ -60,11 +61,14 @@ class Proc:
         self.__dict__.update(fields)
 
 
-def accounting(proc, kmsg="", bridge=None, sweeper=frozenset()):
-    """An Accounting over the tree at ``proc``, on rank 0, with an empty registry; slices
-    stopped through ``bridge``, units let go in ``sweeper``."""
+def accounting(proc, kmsg="", bridge=None, sweeper=frozenset(), jobs=None):
+    """An Accounting over the tree at ``proc``, on rank 0 of host ``node0``, with an empty
+    registry; slices stopped through ``bridge``, units let go in ``sweeper``, job shells'
+    records to ``jobs``."""
     log = logging.getLogger("t")
-    return Accounting(None, log, 0, Registry(), None, bridge, sweeper, proc=proc, kmsg=kmsg)
+    return Accounting(
+        log, 0, "node0", Registry(), None, bridge, sweeper, jobs, proc=proc, kmsg=kmsg
+    )
 
 
 def record(proc, opts=None, kmsg=""):
@@ -200,11 +204,12 @@ def test_kernel_log_counts_kills_per_slice_and_forgets_them_once_taken():
     name = "app-sdexec-shell\\x2d0.slice"
     for record in (KMSG_OOM, "6,1,2,-;Memory cgroup out of memory: Killed process 1\n", KMSG_OOM):
         kernel.send(record.encode())
-    assert oom.take(name) == 2
-    assert oom.take(name) == 0
+    assert oom.kills(name, final=False) == 2  # a running unit's: kept
+    assert oom.kills(name, final=True) == 2
+    assert oom.kills(name, final=True) == 0
     oom.close()
     kernel.close()
-    assert OomLog.open("/nonexistent/kmsg").take(name) is None
+    assert OomLog.open("/nonexistent/kmsg").kills(name, final=True) is None
 
 
 def test_hybrid_oom_kills_come_from_the_kernel_log(tmp_path):
@@ -219,7 +224,7 @@ def test_hybrid_oom_kills_come_from_the_kernel_log(tmp_path):
     class Log:
         fd = 1
 
-        def take(self, name):
+        def kills(self, name, final):
             return 2 if name == SLICE else 0
 
     acc.oom_log = Log()

@@ -4,19 +4,22 @@ A bgexec shell ended while job-exec was out (an upgrade): the old sdexec wrote i
 record, stopped its accounting slice at unload and handed the unit over. The next sdexec
 adopts the finished unit; reading the slice again gives nulls (it is gone), or after a
 crash the same figures with the OOM kills counted again. So an adopted job shell's record is
-looked up in the job's KVS directory first (asynchronously, ``_lookup`` stubbed here) and
-written only when it is not there. No flux, no systemd: the commit (``_to_job``, which
-also raises the ``oom`` exception) is recorded. The usage a process has is what a wait
-answer would carry (``after_usage``).
+looked up in the job's KVS directory first (asynchronously: ``Jobs`` holds the lookups
+until answered) and written only when it is not there. No flux, no systemd: the write to
+the job (``JobUsage._write``, which also raises the ``oom`` exception) is recorded. The
+usage a process has is what a wait answer would carry (``after_usage``).
 """
 
 import errno
+import logging
 import types
 
 from test_usage import CPU_STAT, PARENT, SLICE, UNIT, Proc, accounting, tree
 
-from flux_sdexec.containment import cgroup_usage, cgroups
+from flux_sdexec.containment import cgroups
+from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.core.states import ProcState
+from flux_sdexec.usage.job_usage import JobUsage
 
 JOB = "fA1"  # the job id in UNIT (shell-0-fA1)
 STARTED, EXITED = 1000.0, 1012.5  # ExecMainStartTimestamp, ExecMainExitTimestamp (s)
@@ -38,13 +41,19 @@ COMMITTED = {
 FIGURES = {k: v for k, v in COMMITTED.items() if k not in ("rank", "host", "unit")}
 
 
-class Lookups:
-    """``_lookup(plain, on_reply)`` sent and answered later, as a KVS future would be."""
+class Jobs(JobUsage):
+    """The real ``JobUsage`` over a KVS of its own: it records the records written (JSON)
+    and holds its lookups until answered, as a KVS future would be."""
 
     def __init__(self):
+        super().__init__(None, logging.getLogger("t"), 0, "node0")
+        self.commits = []  # the usage JSON written
         self.sent = []  # (plain, on_reply)
 
-    def __call__(self, plain, on_reply):
+    def _write(self, plain, unit, usage, memory_max):
+        self.commits.append(usage.to_json())
+
+    def _look_up(self, plain, on_reply):
         self.sent.append((plain, on_reply))
 
     def answer(self, exc=None, record=None):
@@ -52,17 +61,12 @@ class Lookups:
         on_reply(exc, record)
 
 
-def recording(tmp_path, monkeypatch, slice_files=None, parent=None):
+def recording(tmp_path, slice_files=None, parent=None):
     """An Accounting over a tree holding the slice's ``slice_files`` (none: the slice is
-    gone), its lookups and commits (JSON) recorded."""
+    gone), its lookups and writes to the job recorded (``acc.jobs``)."""
     files = {"v2": slice_files} if slice_files else {}
-    acc = accounting(tree(tmp_path, cgroups.UNIFIED, **files))
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED, **files), jobs=Jobs())
     acc.parent = parent
-    acc.commits = []
-    acc.lookups = Lookups()
-    commit = lambda p, plain, usage: acc.commits.append(usage.to_json())  # noqa: E731
-    monkeypatch.setattr(acc, "_to_job", commit)
-    monkeypatch.setattr(acc, "_lookup", acc.lookups, raising=False)
     return acc
 
 
@@ -100,102 +104,102 @@ def adopted(acc, finished=True, adopt=True):
     return p
 
 
-def test_a_record_the_predecessor_wrote_is_kept_not_overwritten_with_nulls(tmp_path, monkeypatch):
+def test_a_record_the_predecessor_wrote_is_kept_not_overwritten_with_nulls(tmp_path):
     """The upgrade case of the sketch (t_usage_adopt.py): slice gone, where slices are not
     known yet. Nothing is written; the process carries the record that was written."""
-    acc = recording(tmp_path, monkeypatch)
+    acc = recording(tmp_path)
     p = adopted(acc)
     acc.reached(p)
     acc.reached(p)  # each input observes: one lookup only
-    assert acc.commits == []
-    assert [plain for plain, _ in acc.lookups.sent] == [JOB]
-    acc.lookups.answer(record=COMMITTED)
-    assert acc.commits == [] and usage(acc, p) == FIGURES
+    assert acc.jobs.commits == []
+    assert [plain for plain, _ in acc.jobs.sent] == [JOB]
+    acc.jobs.answer(record=COMMITTED)
+    assert acc.jobs.commits == [] and usage(acc, p) == FIGURES
 
 
-def test_after_a_crash_the_oom_exception_is_not_raised_again(tmp_path, monkeypatch):
+def test_after_a_crash_the_oom_exception_is_not_raised_again(tmp_path):
     """The slice is still there (the crash left it) and counts the kill again: the record
     exists, so neither the record nor the ``oom`` exception is written a second time."""
     events = "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"
     files = {"cpu.stat": CPU_STAT, "memory.events": events, "cgroup.controllers": "memory"}
-    acc = recording(tmp_path, monkeypatch, files, parent=PARENT)
+    acc = recording(tmp_path, files, parent=PARENT)
     p = adopted(acc)
     acc.reached(p)
-    acc.lookups.answer(record=COMMITTED)
-    assert acc.commits == [] and usage(acc, p) == FIGURES
+    acc.jobs.answer(record=COMMITTED)
+    assert acc.jobs.commits == [] and usage(acc, p) == FIGURES
 
 
-def test_no_record_yet_is_written_once_with_the_wall_time_up_to_the_exit(tmp_path, monkeypatch):
+def test_no_record_yet_is_written_once_with_the_wall_time_up_to_the_exit(tmp_path):
     """The unit ended while no sdexec ran (a crash before its exit was seen): the record
     read at adoption is written, once, its wall time from systemd's exit timestamp."""
-    acc = recording(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     p = adopted(acc)
     acc.reached(p)
-    acc.lookups.answer(exc=OSError(errno.ENOENT, "No such file or directory"))
-    assert len(acc.commits) == 1
-    assert acc.commits[0]["cpu_user_s"] == 2.0 and acc.commits[0]["wall_s"] == 12.5
+    acc.jobs.answer(exc=OSError(errno.ENOENT, "No such file or directory"))
+    assert len(acc.jobs.commits) == 1
+    assert acc.jobs.commits[0]["cpu_user_s"] == 2.0 and acc.jobs.commits[0]["wall_s"] == 12.5
     acc.reached(p)
-    assert len(acc.commits) == 1 and acc.lookups.sent == []
+    assert len(acc.jobs.commits) == 1 and acc.jobs.sent == []
 
 
-def test_the_wait_answer_waits_for_the_lookup_and_carries_the_record(tmp_path, monkeypatch):
+def test_the_wait_answer_waits_for_the_lookup_and_carries_the_record(tmp_path):
     """A wait answered while the lookup is out is sent from its reply, once, with the
     record that was written; one answered after it goes at once."""
-    acc = recording(tmp_path, monkeypatch)
+    acc = recording(tmp_path)
     p = adopted(acc)
     acc.reached(p)
     sent = []
     acc.after_usage(p, sent.append)
     assert sent == []  # not inline: the lookup is not answered yet
-    acc.lookups.answer(record=COMMITTED)
+    acc.jobs.answer(record=COMMITTED)
     assert sent == [FIGURES]
     acc.after_usage(p, lambda u: sent.append("again"))
     assert sent == [FIGURES, "again"]
 
 
-def test_a_failed_lookup_writes_nothing_and_answers_with_what_was_read(tmp_path, monkeypatch):
+def test_a_failed_lookup_writes_nothing_and_answers_with_what_was_read(tmp_path):
     """Whether the record exists is unknown: it is not overwritten; the wait gets the
     figures read at adoption."""
-    acc = recording(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     p = adopted(acc)
     acc.reached(p)
     sent = []
     acc.after_usage(p, lambda u: sent.append(u["cpu_user_s"]))
-    acc.lookups.answer(exc=OSError(errno.EHOSTUNREACH, "No route to host"))
-    assert acc.commits == [] and sent == [2.0]
+    acc.jobs.answer(exc=OSError(errno.EHOSTUNREACH, "No route to host"))
+    assert acc.jobs.commits == [] and sent == [2.0]
 
 
-def test_a_lookup_still_out_at_unload_answers_its_waits_once(tmp_path, monkeypatch):
-    acc = recording(tmp_path, monkeypatch)
+def test_a_lookup_still_out_at_unload_answers_its_waits_once(tmp_path):
+    acc = recording(tmp_path)
     p = adopted(acc)
     acc.reached(p)
     sent = []
     acc.after_usage(p, sent.append)
     acc.flush()
     assert sent == [None]  # the usage unknown: the answer goes without it
-    acc.lookups.answer(record=COMMITTED)  # too late: nothing more is sent
-    assert sent == [None] and acc.commits == []
+    acc.jobs.answer(record=COMMITTED)  # too late: nothing more is sent
+    assert sent == [None] and acc.jobs.commits == []
 
 
-def test_a_unit_adopted_running_is_looked_up_when_it_ends(tmp_path, monkeypatch):
+def test_a_unit_adopted_running_is_looked_up_when_it_ends(tmp_path):
     """Adopted running, it ends under this sdexec: nobody can have written its record, but
     the lookup costs one KVS read, and says so."""
-    acc = recording(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     p = adopted(acc, finished=False)
     acc.reached(p)
-    assert acc.lookups.sent == [] and acc.commits == []
+    assert acc.jobs.sent == [] and acc.jobs.commits == []
     p.unit.finished = p.unit.gone = True
     acc.reached(p)
-    acc.lookups.answer(exc=OSError(errno.ENOENT, "No such file or directory"))
-    assert len(acc.commits) == 1
+    acc.jobs.answer(exc=OSError(errno.ENOENT, "No such file or directory"))
+    assert len(acc.jobs.commits) == 1
 
 
 def test_a_process_this_sdexec_started_is_written_at_once(tmp_path, monkeypatch):
-    acc = recording(tmp_path, monkeypatch, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     monkeypatch.setattr(cgroup_usage, "accounting_slice", lambda unit, token: SLICE)
     p = adopted(acc, adopt=False)
     acc.reached(p)
-    assert acc.lookups.sent == [] and len(acc.commits) == 1
+    assert acc.jobs.sent == [] and len(acc.jobs.commits) == 1
     sent = []
     acc.after_usage(p, lambda u: sent.append("now"))
     assert sent == ["now"]

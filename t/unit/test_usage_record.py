@@ -7,7 +7,8 @@ moved fails here.
 
 import json
 
-from flux_sdexec.containment import cgroup_usage, cgroups
+from flux_sdexec.containment import cgroups
+from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.core.usage_record import FIGURES, KVS_DIR, UsageRecord, kvs_dir, kvs_key
 
 # a hybrid host without the kernel log: the OOM kills unknown, with the reason

@@ -3,14 +3,14 @@
 v1 counts a kill only in the victim's memory cgroup, removed with the unit before sdexec
 hears of its exit; the kernel logs one ``oom-kill:`` record per kill naming that cgroup.
 /dev/kmsg is read without blocking, from where it stood at load, when a unit's figures are
-read (``take``): nothing runs between exits. Needs read access to /dev/kmsg (root, or
+read (``kills``): nothing runs between exits. Needs read access to /dev/kmsg (root, or
 CAP_SYSLOG with ``kernel.dmesg_restrict``); without it the count is None.
 """
 
 import errno
 import os
 
-from flux_sdexec.containment.cgroup_usage import oom_kill_slice
+from flux_sdexec.usage.cgroup_usage import oom_kill_slice
 
 MAX_SLICES = 4096  # kills of slices no unit claimed are dropped beyond this
 MAX_RECORDS = 100000  # per drain: the ring holds far fewer
@@ -37,19 +37,13 @@ class OomLog:
             return cls(None)
         return cls(fd)
 
-    def take(self, name):
-        """The kills counted for slice ``name`` (then forgotten), or None without /dev/kmsg."""
+    def kills(self, name, final):
+        """The kills counted for slice ``name``, or None without /dev/kmsg; ``final`` (its
+        unit exited): forgotten once given."""
         if self.fd is None:
             return None
         self._drain()
-        return self.counts.pop(name, 0)
-
-    def peek(self, name):
-        """The kills counted so far for slice ``name`` (kept), or None without /dev/kmsg."""
-        if self.fd is None:
-            return None
-        self._drain()
-        return self.counts.get(name, 0)
+        return self.counts.pop(name, 0) if final else self.counts.get(name, 0)
 
     def close(self):
         if self.fd is not None:
