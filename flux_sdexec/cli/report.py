@@ -11,7 +11,7 @@ passes).
 import errno
 
 from flux_sdexec.cli.columns import render
-from flux_sdexec.containment.mapper.base import encode_idset
+from flux_sdexec.core.values import encode_idset
 
 OK = "ok"
 NOT_ENFORCED = "not-enforced"  # a constraint not enforced under the enforce policy

@@ -7,7 +7,7 @@ as the files they resolve to (os.path.realpath), on the node the command runs on
 import os
 from dataclasses import dataclass, field
 
-from flux_sdexec.containment.mapper.base import encode_idset
+from flux_sdexec.core.values import encode_idset
 
 # job-exec reattaches only these after its reload (RFC 50): a bgexec job shell runs in a
 # waitable sdexec unit that outlives job-exec; any other implementation's job shells

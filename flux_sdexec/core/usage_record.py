@@ -66,31 +66,29 @@ class UsageRecord:
         return dict(self.to_json(), unit=unit, jobid=jobid, running=running)
 
 
+def summed(records, figure):
+    """``figure`` summed over JSON records ``records``; None when no record gives it."""
+    found = [r.get(figure) for r in records if r.get(figure) is not None]
+    return round(sum(found), 6) if found else None
+
+
 def total(records):
     """A job's total over its ranks' JSON records (each with its ``rank``): CPU summed,
     peak memory and tasks the largest (with the rank of the memory peak), OOM kills
     summed; a figure no rank gave stays None."""
     figures = [(r["rank"], UsageRecord.from_json(r)) for r in records]
-
-    def values(key):
-        return [getattr(u, key) for _, u in figures if getattr(u, key) is not None]
-
-    def summed(key):
-        found = values(key)
-        return round(sum(found), 6) if found else None
-
+    tasks = [u.tasks_peak for _, u in figures if u.tasks_peak is not None]
     peak = max(
         ((rank, u.memory_peak) for rank, u in figures if u.memory_peak is not None),
         key=lambda found: found[1],
         default=None,
     )
-    tasks = values("tasks_peak")
     return {
         "ranks": len(records),
-        "cpu_user_s": summed("cpu_user_s"),
-        "cpu_sys_s": summed("cpu_sys_s"),
+        "cpu_user_s": summed(records, "cpu_user_s"),
+        "cpu_sys_s": summed(records, "cpu_sys_s"),
         "memory_peak": peak[1] if peak else None,
         "memory_peak_rank": peak[0] if peak else None,
         "tasks_peak": max(tasks) if tasks else None,
-        "oom_kills": summed("oom_kills"),
+        "oom_kills": summed(records, "oom_kills"),
     }

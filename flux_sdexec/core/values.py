@@ -68,6 +68,19 @@ def parse_idset(text):
     return sorted(ids)
 
 
+def encode_idset(ids):
+    """Sorted ids as an RFC 22 idset with ranges (``0-3,8``), ``""`` when empty."""
+    parts, ids = [], sorted(set(ids))
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
 def idset_bitmask(text):
     """systemd's ``ay`` CPU/NUMA mask: byte i holds ids 8i..8i+7, LSB first."""
     ids = parse_idset(text)

@@ -9,23 +9,10 @@ class has them, merges their dicts and passes the result through
 
 import json
 
-from flux_sdexec.core.values import parse_idset
+from flux_sdexec.core.values import encode_idset, parse_idset
 
 # R_lite child names and the map_<type> each one feeds (flux-core's rlist keys)
 RESOURCE_TYPES = (("core", "cores"), ("gpu", "gpus"))
-
-
-def encode_idset(ids):
-    """Sorted ids as an RFC 22 idset with ranges (``0-3,8``), ``""`` when empty."""
-    parts, ids = [], sorted(set(ids))
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(parts)
 
 
 def local_resources(R, rank):

@@ -15,9 +15,9 @@ import json
 import sys
 
 from flux_sdexec.containment.mapper import HwlocMapper, ResourceMapper, allowed
-from flux_sdexec.containment.mapper.base import encode_idset
 from flux_sdexec.containment.mapper.mapper_service import load_class
 from flux_sdexec.containment.mapper.topology import Topology
+from flux_sdexec.core.values import encode_idset
 
 __all__ = ["HwlocMapper", "ResourceMapper", "main"]
 

@@ -10,10 +10,10 @@ import errno
 
 from flux_sdexec.containment import host
 from flux_sdexec.containment.mapper import memory
-from flux_sdexec.containment.mapper.base import ResourceMapper, encode_idset
+from flux_sdexec.containment.mapper.base import ResourceMapper
 from flux_sdexec.containment.mapper.devices import GpuDevices
 from flux_sdexec.containment.mapper.topology import Topology
-from flux_sdexec.core.values import parse_idset
+from flux_sdexec.core.values import encode_idset, parse_idset
 
 
 def _ids(text, what):
