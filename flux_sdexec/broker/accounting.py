@@ -94,7 +94,9 @@ class Accounting:
         name = cgroup_usage.accounting_slice(p.unit.name, os.urandom(4).hex())
         if name is None:
             return props
-        self.accounts[p] = _Account(name, shell_job(p))
+        acct = self.accounts[p] = _Account(name, shell_job(p))
+        if acct.job is not None:
+            self.jobs.shell_started(acct.job)
         return props + [("Slice", "s", name)]
 
     def adopted(self, p, props):

@@ -44,12 +44,14 @@ class JobMemos:
         self._memoed[plain] = None
         if len(self._memoed) > REMEMBERED:
             self._memoed.popitem(last=False)
-        payload = {
-            "id": job_number(plain),
-            "volatile": False,
-            "memo": {"sdexec": {"not_enforced": dict(constraints)}},
-        }
-        what = f"{unit}: {TOPIC} of {plain}"
+        memo = {"sdexec": {"not_enforced": dict(constraints)}}
+        self.post(job_number(plain), memo, f"{unit}: {TOPIC} of {plain}")
+
+    def post(self, jobid, memo, what):
+        """Post ``memo`` on job ``jobid`` (its integer id), answered without waiting;
+        ``what`` names it in the log, where a failure goes at debug level (the job is
+        over, no job manager, a timeout)."""
+        payload = {"id": jobid, "volatile": False, "memo": memo}
         future = None
         try:
             future = self.h.rpc(TOPIC, payload, 0)

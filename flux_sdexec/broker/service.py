@@ -28,7 +28,7 @@ from flux_sdexec.broker.catchup import CatchUp
 from flux_sdexec.broker.mapper_client import MapperLookups
 from flux_sdexec.broker.memo import JobMemos
 from flux_sdexec.broker.orphan_watch import OrphanWatch
-from flux_sdexec.broker.messages import Responder, is_local, sender_of
+from flux_sdexec.broker.messages import Responder, is_local, payload_of, sender_of
 from flux_sdexec.broker.outbox import Outbox
 from flux_sdexec.systemd import guard, teardown
 from flux_sdexec.systemd.holds import Holds
@@ -126,7 +126,7 @@ class SdexecService:
         self.catch_up = CatchUp(bridge, registry, calls, self.feed, self._lost, log, calls.deadline)
         self.sweeper = sweeper = Sweeper(bridge, bus, watchers, log, calls.deadline)
         host = socket.gethostname()
-        jobs = JobUsage(handle, log, rank, host)
+        self.job_usage = jobs = JobUsage(handle, log, rank, host, watchers, self.memos, registry)
         self.accounting = Accounting(log, rank, host, registry, responder, bridge, sweeper, jobs)
         # waitable units stay loaded once ended (holds.py), notify ones through a bus loss
         # (keepers.py); a start of a name whose hold and keeper are not both released yet
@@ -231,6 +231,11 @@ class SdexecService:
             self.responder.respond_error(msg, errno.EINVAL, f"{verb}: internal error: {exc}")
         self.bus.pump()
 
+    def gathered(self, msg):
+        """``sdexec.usage-gather``: a child's usage rows of a job, merged (usage.job_usage)."""
+        self.job_usage.received(payload_of(msg, "usage-gather"))
+        self.responder.respond(msg, {})
+
     def reconfigure(self, conf):
         """``config-reload``: every key checked (RequestError) before any is applied."""
         debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
@@ -259,6 +264,7 @@ class SdexecService:
             "sweeping": self.sweeper.units(),
             "orphan-checks": self.orphans.checks,
             "orphans-stopped": self.orphans.stopped,
+            "usage-gather": self.job_usage.stats(),
         }
 
     def unload(self, broker_state):
@@ -320,9 +326,11 @@ class SdexecService:
             teardown.stop_again(self.bridge, self.log, late)
         self.keepers.close()
         self.bridge.close()
-        # 6. flux: waits held for a usage lookup the reactor will not answer, then the
-        # responses still queued
+        # 6. flux: waits held for a usage lookup the reactor will not answer, what the
+        # gatherings of jobs' usage hold (their waits will not end), then the responses
+        # still queued
         self.accounting.flush()
+        self.job_usage.close()
         self.responder.outbox.close()
         self.accounting.close()
 

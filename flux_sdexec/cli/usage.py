@@ -1,12 +1,17 @@
 """``flux sdexec usage JOBID...``: what each rank's job shell used, and the job's total.
 
-A finished rank's record is the job's KVS key ``sdexec-usage.<rank>``, written by that
-rank's sdexec when the shell's unit exited; a rank whose shell still runs is asked
-(``sdexec.usage``) and answers with figures read now. Exit status 1 if a job has no record.
+A finished job's record is its KVS directory ``sdexec-usage`` (a key per rank), written by
+rank 0's sdexec once every rank's record came up the tree (``usage/job_usage.py``), the
+same record whose totals are the job's memo (``flux jobs -o '{user.sdexec.cpu}'``); a rank
+whose shell still runs is asked (``sdexec.usage``) and answers with figures read now.
+``--watch`` asks the running ranks again every INTERVAL seconds and shows each one's CPU%
+since the last look, until the job's shells have all ended or ^C. Exit status 1 if a job
+has no record.
 """
 
 import json
 import sys
+import time
 
 import flux.idset
 import flux.kvs
@@ -25,6 +30,20 @@ def register(subparsers):
         "peak tasks, OOM kills, systemd result) and the job's total; live for a running job.",
     )
     sub.add_argument("jobids", metavar="JOBID", nargs="+", help="job ids")
+    sub.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="refresh the running ranks' figures, with CPU%%, until the job ends",
+    )
+    sub.add_argument(
+        "-i",
+        "--interval",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between two looks with --watch (default 2)",
+    )
     ask.add_output_options(sub)
     sub.set_defaults(func=run)
 
@@ -63,8 +82,36 @@ def records(h, jobid, timeout):
     return list(kept.values())
 
 
+def watch(h, args):
+    """``--watch``: the table again every ``args.interval`` seconds, with CPU%, until no
+    rank of the jobs runs (or ^C)."""
+    jobids = [JobID(text) for text in args.jobids]
+    before, then = {}, time.monotonic()
+    while True:
+        samples = {j.f58: records(h, j, args.timeout) for j in jobids}
+        now = time.monotonic()
+        table = []
+        for f58, recs in samples.items():
+            after = {r["rank"]: r for r in recs}
+            percent = usagerows.cpu_percent(before.get(f58, {}), after, now - then)
+            before[f58] = after
+            table += usagerows.rows(f58, recs, percent)
+        then = now
+        print(time.strftime("%H:%M:%S"))
+        print("\n".join(usagerows.lines(table, watch=True)), flush=True)
+        if not any(r.get("running") for recs in samples.values() for r in recs):
+            return 0
+        time.sleep(args.interval)
+        print()
+
+
 def run(args):
     h = ask.connect()
+    if args.watch:
+        try:
+            return watch(h, args)
+        except KeyboardInterrupt:
+            return 130
     status = 0
     table, document = [], {}
     for text in args.jobids:
@@ -74,7 +121,7 @@ def run(args):
             print(f"flux-sdexec: {text}: no usage record (not an sdexec job?)", file=sys.stderr)
             status = 1
             continue
-        document[jobid.f58] = {"ranks": recs, "total": total(recs)}
+        document[jobid.f58] = {"ranks": recs, "total": total(usagerows.recorded(recs))}
         table += usagerows.rows(jobid.f58, recs)
     if args.output == "json":
         json.dump(document, sys.stdout, indent=2, ensure_ascii=False)

@@ -2,7 +2,8 @@
 
 A record is the JSON of a ``core.usage_record.UsageRecord`` with its rank and host (the
 job's KVS key ``sdexec-usage.<rank>``, or a rank's live ``sdexec.usage`` answer while it
-runs, marked ``running``).
+runs, marked ``running``), or a rank without one: ``{"rank", "missing": why}``. With
+``--watch``, each rank's CPU% since the sample before (``cpu_percent``).
 """
 
 from flux_sdexec.cli.columns import render
@@ -19,6 +20,7 @@ COLUMNS = (
     ("OOM>", "oom"),
     ("RESULT", "result"),
 )
+WATCH_COLUMNS = COLUMNS[:3] + (("CPU%>", "cpu_percent"),) + COLUMNS[3:]
 
 
 def _seconds(value):
@@ -34,10 +36,35 @@ def _bytes(value):
         value /= 1024
 
 
-def rows(jobid, records):
-    """Table rows of one job: one per rank (rank order), then the total."""
+def recorded(records):
+    """The records that are records (a missing rank's is not)."""
+    return [r for r in records if "missing" not in r]
+
+
+def cpu_percent(before, after, seconds):
+    """``{rank: CPU%}`` of the ranks in both samples (``{rank: record}``), ``seconds``
+    apart: user and system CPU over the wall time, 100 per CPU busy."""
+    out = {}
+    for rank, now in after.items():
+        then = before.get(rank)
+        used = [
+            now.get(k) - then.get(k)
+            for k in ("cpu_user_s", "cpu_sys_s")
+            if then and now.get(k) is not None and then.get(k) is not None
+        ]
+        if used and seconds > 0:
+            out[rank] = round(100 * sum(used) / seconds, 1)
+    return out
+
+
+def rows(jobid, records, percent=None):
+    """Table rows of one job: one per rank (rank order), then the total; ``percent``:
+    ``{rank: CPU%}`` (``--watch``)."""
     out = []
     for r in sorted(records, key=lambda r: r["rank"]):
+        if "missing" in r:
+            out.append({"jobid": jobid, "rank": r["rank"], "result": f"missing: {r['missing']}"})
+            continue
         u = UsageRecord.from_json(r)
         out.append(
             {
@@ -50,9 +77,10 @@ def rows(jobid, records):
                 "tasks": u.tasks_peak,
                 "oom": u.oom_kills,
                 "result": "running" if r.get("running") else u.result,
+                "cpu_percent": (percent or {}).get(r["rank"]),
             }
         )
-    t = total(records)
+    t = total(recorded(records))
     where = f" (rank {t['memory_peak_rank']})" if t["memory_peak_rank"] is not None else ""
     out.append(
         {
@@ -68,6 +96,6 @@ def rows(jobid, records):
     return out
 
 
-def lines(all_rows):
-    """The table of ``flux sdexec usage``."""
-    return render(COLUMNS, all_rows)
+def lines(all_rows, watch=False):
+    """The table of ``flux sdexec usage`` (with CPU%: ``--watch``)."""
+    return render(WATCH_COLUMNS if watch else COLUMNS, all_rows)

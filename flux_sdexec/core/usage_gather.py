@@ -140,6 +140,21 @@ class JobGather:
         """A take has given this job's message."""
         return self._sent
 
+    def awaited(self):
+        """Who has not reported yet: ``(own row awaited, {child rank awaited})``."""
+        own = self.own_expected and not self._own_in
+        return own, set(self.children) - self._received.keys()
+
+    @property
+    def rows(self):
+        """Every row kept so far: ``{rank: row}``."""
+        return dict(self._rows)
+
+    @property
+    def missing(self):
+        """Every rank marked missing and still without a row: ``{rank: why}``."""
+        return dict(self._missing)
+
     @property
     def received_from(self):
         """Messages received per child rank: ``{child rank: count}``."""
@@ -150,9 +165,9 @@ def job_totals(rows, missing):
     """The job's memo from its ``rows`` and ``missing`` (``JobGather.take`` at rank 0,
     accumulated), built on ``usage_record.total``; a figure no rank gave is None:
 
-    - ``cpu_user``, ``cpu_sys``: CPU seconds, summed
-    - ``maxrss``: the largest rank's ``memory_peak`` (bytes); ``peak_rank``: that rank
-    - ``rss_sum``: ``memory_peak`` summed (bytes)
+    - ``cpu``: user and system CPU seconds, summed; ``cpu_user``, ``cpu_sys``: each alone
+    - ``maxmem``: the largest rank's ``memory_peak`` (bytes); ``maxmem_rank``: that rank
+    - ``mem_sum``: ``memory_peak`` summed (bytes)
     - ``tasks``: the largest ``tasks_peak``
     - ``oom``: ``oom_kills`` summed
     - ``ranks``: how many ranks gave a row
@@ -161,12 +176,14 @@ def job_totals(rows, missing):
     """
     records = [rows[rank] for rank in sorted(rows)]
     t = total(records)
+    cpu = [t[key] for key in ("cpu_user_s", "cpu_sys_s") if t[key] is not None]
     memo = {
+        "cpu": round(sum(cpu), 6) if cpu else None,
         "cpu_user": t["cpu_user_s"],
         "cpu_sys": t["cpu_sys_s"],
-        "maxrss": t["memory_peak"],
-        "rss_sum": summed(records, "memory_peak"),
-        "peak_rank": t["memory_peak_rank"],
+        "maxmem": t["memory_peak"],
+        "mem_sum": summed(records, "memory_peak"),
+        "maxmem_rank": t["memory_peak_rank"],
         "tasks": t["tasks_peak"],
         "oom": t["oom_kills"],
         "ranks": t["ranks"],

@@ -137,6 +137,10 @@ class SdexecModule(BrokerModule):
     def usage(self, msg):
         self.service.serve(msg, "usage", self.service.accounting.answer, remote_ok=True)
 
+    @request_handler("usage-gather")
+    def usage_gather(self, msg):
+        self.service.serve(msg, "usage-gather", self.service.gathered, remote_ok=True)
+
     @request_handler("disconnect")
     def disconnect(self, msg):
         guarded(self.log, "disconnect", self.requests.disconnect)(msg)  # never answered

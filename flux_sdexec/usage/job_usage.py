@@ -1,47 +1,84 @@
-"""A job's usage in the job's KVS directory, and its OOM exception.
+"""A job's usage gathered up the TBON to rank 0: one KVS record and one memo per job.
 
-A job shell's record is written to ``job.<id>.sdexec-usage.<rank>`` by the rank it ran on
-(one asynchronous commit, beside the job's other keys: ``flux job info JOBID
-sdexec-usage.<rank>``); OOM kills of its unit become a non-fatal job exception of type
-``oom``. An adopted job shell's record is looked up first: the sdexec before may have
-written it (``broker/accounting.py`` says when). Nothing here blocks or raises into the
-caller: a failed commit or exception is logged. flux only inside the methods that talk to
-the KVS and job manager.
+When a job shell's unit ends, its rank's record goes to this broker's gathering of the job
+(``core.usage_gather.JobGather``): the ranks of the job's R under this broker in the
+overlay (``overlay.topology``), this rank's own row and one message from each child whose
+subtree holds a job rank. Once all are in, one message goes to the parent broker's sdexec
+(``sdexec.usage-gather``, sent upstream); rank 0 writes the job's record to its KVS
+directory in one commit (``job.<id>.sdexec-usage.<rank>``, a row per rank, a missing rank
+as ``{"rank", "missing": why}``) and the job's totals as a memo (``{"sdexec": {"cpu",
+"maxmem", ...}}``: ``flux jobs -o '{user.sdexec.cpu}'``). A memo of a job already inactive
+is refused by the job manager (logged at debug level): the KVS record stays.
+
+While some rank has not reported, the gathering looks at its children's health every
+CHECK_S (``overlay.health``): a child lost or offline has its subtree's job ranks marked
+missing; its own row, no shell of the job running here, too. A rank still up is waited for
+(a job's ranks may end far apart), at most WAIT_MAX_S. What comes after a job's message
+went up goes up alone, as a correction. OOM kills of a job shell's unit become a non-fatal
+job exception of type ``oom``, raised by the rank at once.
+
+An adopted job shell's record is looked up first (``broker/accounting.py`` says when): one
+found is kept and nothing is sent or raised. Nothing here blocks or raises into the
+caller: a failure is logged. flux only inside the methods that talk to it.
 """
 
 import errno
 import json
+import time
+from collections import OrderedDict
 
+from flux_sdexec.core.shelljobs import job_number, shell_job
+from flux_sdexec.core.usage_gather import JobGather, expected_ranks, job_totals
 from flux_sdexec.core.usage_record import UsageRecord, kvs_dir, kvs_key
+from flux_sdexec.core.values import parse_idset
 
 OOM_TYPE = "oom"
+GATHER_TOPIC = "sdexec.usage-gather"
+CHECK_S = 5.0  # while a job's gathering waits: how often its children's health is looked at
+WAIT_MAX_S = 3600.0  # the longest a rank still up is waited for
+REMEMBERED = 1024  # gatherings ended that are kept for late corrections
+DOWN = ("lost", "offline")  # overlay.health's words for a child that is gone
 
 
 class JobUsage:
     """The job side of one sdexec's accounting.
 
     Args:
-        handle: the module's flux handle (KVS commits and lookups, job exceptions).
+        handle: the module's flux handle.
         log: the module's BrokerLogger.
-        rank: this broker's rank.
-        host: this node's host name.
+        rank: this broker's rank; host: this node's host name.
+        watchers: ``broker.watchers.Watchers`` (timers, futures' guarded callbacks).
+        memos: ``broker.memo.JobMemos`` (``post``), the job's memo goes through it.
+        registry: the service's Registry: whether a shell of a job still runs here.
     """
 
-    def __init__(self, handle, log, rank, host):
+    def __init__(self, handle, log, rank, host, watchers, memos, registry):
         self.h, self.log, self.rank, self.host = handle, log, rank, host
-        self.pending = set()  # futures of commits, exceptions and lookups in flight
+        self.watchers, self.memos, self.registry = watchers, memos, registry
+        self.pending = set()  # futures in flight
+        self.jobs = OrderedDict()  # job id -> _Job, oldest first
+        self.topology = None  # this broker's subtree (overlay.topology), once answered
+        self._waiting_topology = []  # _Jobs whose R is known, waiting for the topology
+        self.counts = {"messages-in": 0, "messages-out": 0, "records-written": 0}
+
+    # ---- a shell's record ----
+
+    def shell_started(self, plain):
+        """A shell of job ``plain`` (f58plain) starts here: what its gathering needs (the
+        job's R, the overlay's topology) is asked now, so that its end waits for neither."""
+        self._job(job_number(plain))
 
     def shell_ended(self, plain, unit, usage, memory_max, check=None):
         """Job ``plain``'s (f58plain) shell ``unit`` on this rank ended having used ``usage``
-        (a UsageRecord): write it, and raise an ``oom`` exception on the job if it counts
+        (a UsageRecord): gather it, and raise an ``oom`` exception on the job if it counts
         OOM kills (``memory_max``: the unit's MemoryMax, or None, for the exception's note).
 
         ``check``, an adopted shell's: look this rank's record up first; the one found is
-        kept and nothing is written or raised; none: written as above; a failed lookup
-        leaves the KVS alone. Then ``check.settle(record)`` with the usage settled.
+        kept and nothing is sent or raised; none: as above; a failed lookup sends nothing.
+        Then ``check.settle(record)`` with the usage settled.
         """
         if check is None:
-            self._write(plain, unit, usage, memory_max)
+            self._ended(plain, unit, usage, memory_max)
             return
 
         def on_reply(exc, record=None):
@@ -54,7 +91,7 @@ class JobUsage:
                         "by the sdexec before: kept"
                     )
                 elif exc is None or exc.errno == errno.ENOENT:
-                    self._write(plain, unit, usage, memory_max)
+                    self._ended(plain, unit, usage, memory_max)
                 else:
                     self.log.error(
                         f"{unit}: usage: cannot tell whether job {plain}'s record is written"
@@ -64,20 +101,14 @@ class JobUsage:
                 self.log.error(f"{unit}: usage: {bug!r}")
             check.settle(settled)
 
-        try:
-            self._look_up(plain, on_reply)
-        except Exception as exc:  # not sent: whether it is written stays unknown
-            on_reply(exc if isinstance(exc, OSError) else OSError(errno.EINVAL, repr(exc)))
+        self._look_up(kvs_key(_dothex(job_number(plain)), self.rank), on_reply)
 
-    def _write(self, plain, unit, usage, memory_max):
-        import flux.kvs  # flux's: not in the unit tier
-        from flux.job import JobID, job_raise_async
-
-        jobid = JobID(plain)
-        txn = flux.kvs.KVSTxn(self.h, kvs_dir(jobid.dothex))
-        txn.put(str(self.rank), usage.placed(self.rank, self.host, unit))
-        self._hold(flux.kvs.commit_async(self.h, _kvstxn=txn), f"{unit}: usage")
+    def _ended(self, plain, unit, usage, memory_max):
+        jobid = job_number(plain)
+        self._offer(jobid, {self.rank: usage.placed(self.rank, self.host, unit)}, {}, None)
         if usage.oom_kills:
+            from flux.job import job_raise_async  # flux's: not in the unit tier
+
             note = (
                 f"rank {self.rank} ({self.host}): {usage.oom_kills} task(s) killed by the OOM "
                 f"killer, " + (f"MemoryMax={memory_max}" if memory_max else "no MemoryMax set")
@@ -85,32 +116,218 @@ class JobUsage:
             future = job_raise_async(self.h, jobid, OOM_TYPE, 1, note)
             self._hold(future, f"{unit}: oom exception")
 
-    def _look_up(self, plain, on_reply):
-        """Look up this rank's record of job ``plain`` without waiting; from the reactor,
-        ``on_reply(None, record)``, ``on_reply(None)`` when absent, or ``on_reply(OSError)``."""
+    def received(self, body):
+        """The payload of ``sdexec.usage-gather {"id", "rank", "rows", "missing"}`` from a
+        child's sdexec, merged into the job's gathering.
+
+        Raises:
+            OSError: EPROTO, a malformed payload (nothing is merged).
+        """
+        try:
+            jobid, sender = int(body["id"]), int(body["rank"])
+            rows = {int(r): dict(row) for r, row in body.get("rows", {}).items()}
+            missing = {int(r): str(why) for r, why in body.get("missing", {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise OSError(errno.EPROTO, f"usage-gather: malformed payload ({exc!r})")
+        self.counts["messages-in"] += 1
+        self._offer(jobid, rows, missing, sender)
+
+    # ---- one job's gathering ----
+
+    def _job(self, jobid):
+        """Job ``jobid``'s gathering here, begun (its R asked for) if new."""
+        job = self.jobs.get(jobid)
+        if job is None:
+            job = self.jobs[jobid] = _Job(jobid)
+            self._forget_old()
+            self._look_up(f"{_job_dir(jobid)}.R", lambda exc, R=None: self._have_R(job, exc, R))
+        return job
+
+    def _offer(self, jobid, rows, missing, sender):
+        job = self._job(jobid)
+        if job.gather is None:
+            job.early.append((rows, missing, sender))
+            return
+        job.gather.add(rows, missing, sender)
+        self._advance(job)
+
+    def _have_R(self, job, exc, R):
+        """The job's R answered: the ranks to gather, once the topology is known too; none
+        (no R, an error): each message goes on as it comes."""
+        if exc is not None or R is None:
+            self.log.error(f"usage of job {job.jobid}: no R ({exc}): passed on ungathered")
+            job.ranks = set()
+        else:
+            job.ranks = _ranks(R)
+        if self.topology is not None:
+            self._begin(job)
+            return
+        self._waiting_topology.append(job)
+        if len(self._waiting_topology) == 1:
+            self._ask_topology()
+
+    def _ask_topology(self):
+        def answered(future):
+            self.pending.discard(future)
+            try:
+                self.topology = future.get()
+            except OSError as exc:
+                self.log.error(f"overlay.topology: {exc.strerror or exc}: gathering alone")
+                self.topology = {"rank": self.rank, "size": 1, "children": []}
+            waiting, self._waiting_topology = self._waiting_topology, []
+            for job in waiting:
+                self._begin(job)
+
+        future = self.h.rpc("overlay.topology", {"rank": self.rank})
+        self.pending.add(future)
+        future.then(self.watchers.guard(answered, "overlay.topology"))
+
+    def _begin(self, job):
+        want = expected_ranks(job.ranks, self.rank, self.topology)
+        own = want["own"] or not job.ranks  # no R: this rank's row, if any, alone
+        job.gather = JobGather(
+            job.jobid, own, want["children"], time.monotonic(), WAIT_MAX_S, rank=self.rank
+        )
+        early, job.early = job.early, []
+        for rows, missing, sender in early:
+            job.gather.add(rows, missing, sender)
+        if not job.ranks:
+            job.gather.add({}, {}, None)  # nothing to wait for
+        self._advance(job)
+
+    def _advance(self, job):
+        """Pass on what is due; else look at the children's health in CHECK_S."""
+        if job.gather.due(time.monotonic()):
+            rows, missing = job.gather.take(time.monotonic())
+            if rows or missing:
+                self._pass_on(job, rows, missing)
+            if job.timer is not None:
+                job.timer.stop()
+        elif job.timer is None:
+            job.timer = self.watchers.timer(CHECK_S, lambda: self._check(job), "usage-gather")
+            job.timer.start()
+        else:
+            job.timer.reset(CHECK_S)
+
+    def _check(self, job):
+        """CHECK_S passed with ranks awaited: mark those of children that are down, and this
+        rank's own if no shell of the job runs here, missing; wait on for the others."""
+
+        def answered(future):
+            self.pending.discard(future)
+            try:
+                health = future.get()
+            except OSError as exc:
+                self.log.error(f"overlay.health: {exc.strerror or exc}")
+                health = {"children": []}
+            status = {c["rank"]: c["status"] for c in health.get("children", [])}
+            own, children = job.gather.awaited()
+            for child in children:
+                if status.get(child) in DOWN:
+                    why = f"rank {child} {status[child]}"
+                    job.gather.add({}, {r: why for r in job.gather.children[child]}, child)
+            if own and not self._runs_here(job.jobid):
+                job.gather.add({}, {self.rank: "no job shell ended on this rank"}, None)
+            self._advance(job)
+
+        future = self.h.rpc("overlay.health")
+        self.pending.add(future)
+        future.then(self.watchers.guard(answered, "overlay.health"))
+
+    def _runs_here(self, jobid):
+        """Whether a shell of job ``jobid`` runs here still."""
+        for p in self.registry:
+            plain = shell_job(p)
+            if plain is not None and job_number(plain) == jobid and not p.unit.finished:
+                return True
+        return False
+
+    def _pass_on(self, job, rows, missing):
+        if self.rank == 0:
+            self._write(job, rows, missing)
+            return
+        import flux.constants  # flux's: not in the unit tier
+
+        payload = {
+            "id": job.jobid,
+            "rank": self.rank,
+            "rows": {str(r): row for r, row in rows.items()},
+            "missing": {str(r): why for r, why in missing.items()},
+        }
+        future = self.h.rpc(GATHER_TOPIC, payload, flux.constants.FLUX_NODEID_UPSTREAM)
+        self.counts["messages-out"] += 1
+        self._hold(future, f"usage of job {job.jobid}: to the parent broker")
+
+    def _write(self, job, rows, missing):
+        """Rank 0: the rows and marks new since the last write in one commit, then the
+        job's totals as its memo."""
+        import flux.kvs  # flux's: not in the unit tier
+
+        txn = flux.kvs.KVSTxn(self.h, kvs_dir(_dothex(job.jobid)))
+        for rank, row in rows.items():
+            txn.put(str(rank), row)
+        for rank, why in missing.items():
+            txn.put(str(rank), {"rank": rank, "missing": why})
+        self._hold(flux.kvs.commit_async(self.h, _kvstxn=txn), f"usage of job {job.jobid}")
+        self.counts["records-written"] += 1
+        totals = job_totals(job.gather.rows, job.gather.missing)
+        self.memos.post(job.jobid, {"sdexec": totals}, f"usage of job {job.jobid}: memo")
+
+    def _forget_old(self):
+        """Keep at most REMEMBERED gatherings that ended (the oldest go first)."""
+        ended = [j for j, job in self.jobs.items() if job.gather and job.gather.complete]
+        for jobid in ended[: max(0, len(ended) - REMEMBERED)]:
+            del self.jobs[jobid]
+
+    def stats(self):
+        """``flux module stats sdexec``'s ``usage-gather``: messages in and out, records
+        written, gatherings waiting, and the most messages one child sent for one job."""
+        gathers = [job.gather for job in self.jobs.values() if job.gather is not None]
+        most = max((max(g.received_from.values(), default=0) for g in gathers), default=0)
+        waiting = sum(1 for job in self.jobs.values() if not (job.gather and job.gather.complete))
+        return dict(self.counts, waiting=waiting, **{"most-from-one-child": most})
+
+    def close(self):
+        """Unload: what each gathering holds goes on now (the rest follows as corrections
+        to whoever comes next); futures still out are let go."""
+        for job in self.jobs.values():
+            if job.timer is not None:
+                job.timer.stop()
+            if job.gather is not None and not job.gather.sent:
+                rows, missing = job.gather.rows, job.gather.missing
+                if rows or missing:
+                    self._pass_on(job, rows, missing)
+        self.pending.clear()
+
+    # ---- flux ----
+
+    def _look_up(self, key, on_reply):
+        """Look ``key`` up without waiting; from the reactor, ``on_reply(None, value)``,
+        ``on_reply(None)`` when absent, or ``on_reply(OSError)``."""
         import flux.kvs  # flux's: not in the unit tier
         from flux.core.inner import ffi
         from flux.future import Future
-        from flux.job import JobID
-
-        key = kvs_key(JobID(plain).dothex, self.rank)
-        future = Future(flux.kvs.RAW.flux_kvs_lookup(self.h, None, 0, key))
 
         def done(f):
             self.pending.discard(f)
-            exc, record = None, None
+            exc, value = None, None
             try:
                 valp = ffi.new("char *[1]")
                 flux.kvs.RAW.flux_kvs_lookup_get(f, valp)
-                record = json.loads(ffi.string(valp[0]).decode()) if valp[0] else None
-                if not isinstance(record, dict):
-                    raise OSError(errno.EPROTO, f"{key}: not a usage record")
+                value = json.loads(ffi.string(valp[0]).decode()) if valp[0] else None
+                if not isinstance(value, dict):
+                    raise OSError(errno.EPROTO, f"{key}: not an object")
             except OSError as err:
                 exc = None if err.errno == errno.ENOENT else err
             except Exception as err:  # a callback must not raise into the reactor
                 exc = OSError(errno.EPROTO, f"{key}: {err!r}")
-            on_reply(exc, record if exc is None else None)
+            on_reply(exc, value if exc is None else None)
 
+        try:
+            future = Future(flux.kvs.RAW.flux_kvs_lookup(self.h, None, 0, key))
+        except Exception as exc:  # not sent
+            on_reply(exc if isinstance(exc, OSError) else OSError(errno.EINVAL, repr(exc)))
+            return
         self.pending.add(future)
         future.then(done)
 
@@ -126,3 +343,31 @@ class JobUsage:
 
         self.pending.add(future)
         future.then(done)
+
+
+class _Job:
+    """One job's gathering at this broker: its R's ranks once looked up, the messages that
+    came before, the JobGather once the ranks and the topology are known, its timer."""
+
+    __slots__ = ("jobid", "ranks", "early", "gather", "timer")
+
+    def __init__(self, jobid):
+        self.jobid, self.ranks, self.early, self.gather, self.timer = jobid, None, [], None, None
+
+
+def _dothex(jobid):
+    """Job id ``jobid`` in the KVS's dotted-hex form (``0000.0012.3400.0000``)."""
+    h = f"{jobid:016x}"
+    return ".".join(h[i : i + 4] for i in range(0, 16, 4))
+
+
+def _job_dir(jobid):
+    return f"job.{_dothex(jobid)}"
+
+
+def _ranks(R):
+    """The ranks of an R (RFC 20 ``execution.R_lite[].rank`` idsets)."""
+    ranks = set()
+    for entry in R.get("execution", {}).get("R_lite", []):
+        ranks |= set(parse_idset(entry["rank"]))
+    return ranks

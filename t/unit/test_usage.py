@@ -15,6 +15,7 @@ from flux_sdexec.containment import cgroups
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.core.registry import Registry
 from flux_sdexec.core.usage_record import FIGURES
+from flux_sdexec.usage.job_usage import JobUsage
 
 UNIT = "shell-0-fA1:tb.service"
 SLICE = cgroup_usage.accounting_slice(UNIT, "0a1b2c3d")
@@ -61,11 +62,37 @@ class Proc:
         self.__dict__.update(fields)
 
 
+class Jobs(JobUsage):
+    """The real ``JobUsage`` with the flux side of its own: it records the records handed
+    to the job's gathering (JSON) and holds its lookups until answered, as a KVS future
+    would be."""
+
+    def __init__(self):
+        super().__init__(None, logging.getLogger("t"), 0, "node0", None, None, ())
+        self.commits = []  # the usage JSON handed on
+        self.sent = []  # (key, on_reply)
+        self.started = []  # the jobs whose shells started
+
+    def shell_started(self, plain):
+        self.started.append(plain)
+
+    def _ended(self, plain, unit, usage, memory_max):
+        self.commits.append(usage.to_json())
+
+    def _look_up(self, key, on_reply):
+        self.sent.append((key, on_reply))
+
+    def answer(self, exc=None, record=None):
+        key, on_reply = self.sent.pop(0)
+        on_reply(exc, record)
+
+
 def accounting(proc, kmsg="", bridge=None, sweeper=frozenset(), jobs=None):
     """An Accounting over the tree at ``proc``, on rank 0 of host ``node0``, with an empty
     registry; slices stopped through ``bridge``, units let go in ``sweeper``, job shells'
     records to ``jobs``."""
     log = logging.getLogger("t")
+    jobs = jobs or Jobs()
     return Accounting(
         log, 0, "node0", Registry(), None, bridge, sweeper, jobs, proc=proc, kmsg=kmsg
     )

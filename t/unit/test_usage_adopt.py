@@ -6,20 +6,23 @@ adopts the finished unit; reading the slice again gives nulls (it is gone), or a
 crash the same figures with the OOM kills counted again. So an adopted job shell's record is
 looked up in the job's KVS directory first (asynchronously: ``Jobs`` holds the lookups
 until answered) and written only when it is not there. No flux, no systemd: the write to
-the job (``JobUsage._write``, which also raises the ``oom`` exception) is recorded. The
+the job (``JobUsage._ended``, which also raises the ``oom`` exception) is recorded. The
 usage a process has is what a wait answer would carry (``after_usage``).
 """
 
 import errno
-import logging
 import types
 
-from test_usage import CPU_STAT, PARENT, SLICE, UNIT, Proc, accounting, tree
+import fluxpath
+
+from test_usage import CPU_STAT, PARENT, SLICE, UNIT, Jobs, Proc, accounting, tree
 
 from flux_sdexec.containment import cgroups
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.core.states import ProcState
-from flux_sdexec.usage.job_usage import JobUsage
+
+fluxpath.add()
+from flux.job import JobID  # noqa: E402
 
 JOB = "fA1"  # the job id in UNIT (shell-0-fA1)
 STARTED, EXITED = 1000.0, 1012.5  # ExecMainStartTimestamp, ExecMainExitTimestamp (s)
@@ -39,26 +42,6 @@ COMMITTED = {
     "unit": UNIT,
 }
 FIGURES = {k: v for k, v in COMMITTED.items() if k not in ("rank", "host", "unit")}
-
-
-class Jobs(JobUsage):
-    """The real ``JobUsage`` over a KVS of its own: it records the records written (JSON)
-    and holds its lookups until answered, as a KVS future would be."""
-
-    def __init__(self):
-        super().__init__(None, logging.getLogger("t"), 0, "node0")
-        self.commits = []  # the usage JSON written
-        self.sent = []  # (plain, on_reply)
-
-    def _write(self, plain, unit, usage, memory_max):
-        self.commits.append(usage.to_json())
-
-    def _look_up(self, plain, on_reply):
-        self.sent.append((plain, on_reply))
-
-    def answer(self, exc=None, record=None):
-        plain, on_reply = self.sent.pop(0)
-        on_reply(exc, record)
 
 
 def recording(tmp_path, slice_files=None, parent=None):
@@ -112,7 +95,8 @@ def test_a_record_the_predecessor_wrote_is_kept_not_overwritten_with_nulls(tmp_p
     acc.reached(p)
     acc.reached(p)  # each input observes: one lookup only
     assert acc.jobs.commits == []
-    assert [plain for plain, _ in acc.jobs.sent] == [JOB]
+    # this rank's key in the job's KVS directory, the job's id as flux spells it
+    assert [key for key, _ in acc.jobs.sent] == [f"job.{JobID(JOB).dothex}.sdexec-usage.0"]
     acc.jobs.answer(record=COMMITTED)
     assert acc.jobs.commits == [] and usage(acc, p) == FIGURES
 

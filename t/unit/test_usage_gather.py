@@ -288,11 +288,12 @@ def test_job_totals_over_the_rows_with_missing_ranks_as_an_idset():
     }
     missing = {3: "no record within 30 s", 5: "x", 6: "x", 7: "x", 1: "superseded"}
     assert job_totals(rows, missing) == {
+        "cpu": 4.375,
         "cpu_user": 3.5,
         "cpu_sys": 0.875,
-        "maxrss": 500,
-        "rss_sum": 1300,
-        "peak_rank": 1,
+        "maxmem": 500,
+        "mem_sum": 1300,
+        "maxmem_rank": 1,
         "tasks": 9,
         "oom": 1,
         "ranks": 4,
@@ -303,11 +304,12 @@ def test_job_totals_over_the_rows_with_missing_ranks_as_an_idset():
 def test_job_totals_without_missing_ranks_has_no_missing_key_and_null_figures():
     """A figure no rank gave is None."""
     assert job_totals({0: blank(0), 1: blank(1)}, {}) == {
+        "cpu": None,
         "cpu_user": None,
         "cpu_sys": None,
-        "maxrss": None,
-        "rss_sum": None,
-        "peak_rank": None,
+        "maxmem": None,
+        "mem_sum": None,
+        "maxmem_rank": None,
         "tasks": None,
         "oom": None,
         "ranks": 2,
@@ -317,11 +319,12 @@ def test_job_totals_without_missing_ranks_has_no_missing_key_and_null_figures():
 def test_job_totals_of_no_rows_at_all():
     """Every rank missing: no figure, the idset of them all."""
     assert job_totals({}, {0: "x", 1: "x"}) == {
+        "cpu": None,
         "cpu_user": None,
         "cpu_sys": None,
-        "maxrss": None,
-        "rss_sum": None,
-        "peak_rank": None,
+        "maxmem": None,
+        "mem_sum": None,
+        "maxmem_rank": None,
         "tasks": None,
         "oom": None,
         "ranks": 0,

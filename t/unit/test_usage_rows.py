@@ -54,3 +54,24 @@ def test_rows_are_per_rank_in_order_then_total():
     ]
     assert lines[1].split()[-1] == "running" and lines[2].split()[-1] == "success"
     assert "400.0M (rank 1)" in lines[3] and "3.50s" in lines[3]
+
+
+def test_a_missing_rank_is_a_row_of_its_own_and_out_of_the_total():
+    """A rank rank 0 marked missing (its node lost) says why; the total is the others'."""
+    lost = {"rank": 2, "missing": "rank 2 lost"}
+    table = usagerows.rows("fA1", [R0, lost, R1])
+    assert [r["rank"] for r in table] == [0, 1, 2, "total"]
+    assert table[2]["result"] == "missing: rank 2 lost" and table[2].get("user") is None
+    assert table[3]["user"] == "3.50s" and table[3]["oom"] == 1
+    assert "missing: rank 2 lost" in usagerows.lines(table)[3]
+
+
+def test_cpu_percent_is_cpu_seconds_over_the_wall_seconds_between_two_looks():
+    before = {0: R0, 1: R1}
+    after = {0: dict(R0, cpu_user_s=3.0, cpu_sys_s=0.75), 1: R1, 2: R1}
+    # rank 0: 1.5 CPU seconds in 2 s; rank 1 idle; rank 2 not seen before: no figure
+    assert usagerows.cpu_percent(before, after, 2.0) == {0: 75.0, 1: 0.0}
+    table = usagerows.rows("fA1", list(after.values()), {0: 75.0, 1: 0.0})
+    head = usagerows.lines(table, watch=True)[0].split()
+    assert head[:4] == ["JOBID", "RANK", "HOST", "CPU%"]
+    assert table[0]["cpu_percent"] == 75.0

@@ -1,0 +1,117 @@
+#!/bin/sh
+
+test_description='a job'"'"'s usage gathered up the overlay tree, shown by flux jobs
+
+Three brokers in a chain (tbon.topo=kary:1: rank 2 under rank 1 under rank 0), [exec]
+service = "sdexec". Each rank'"'"'s record goes to its parent'"'"'s sdexec, merged there with
+the ranks below it: rank 0 receives one message per job from its child, writes the job'"'"'s
+record (a KVS key per rank) and posts its totals as a memo. flux jobs -o shows them, with
+the shipped format (conf.d/flux-jobs.toml) too; they are the sum and the max of the rows of
+flux sdexec usage, and CPU is within 5% of /usr/bin/time of each rank'"'"'s command. A job
+on ranks 1 and 2 alone is gathered the same way. flux sdexec usage --watch shows a running
+job'"'"'s CPU% and ends with it.'
+
+. "$(dirname "$0")/lib/sharness-sdexec.sh"
+
+sdexec_extra_config exec.toml <<-EOF
+	[exec]
+	service = "sdexec"
+	EOF
+
+sdexec_under_flux 3 jobs -- -Stbon.topo=kary:1
+. "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
+
+export FLUX_EXEC_PATH_PREPEND="$SDEXEC_SRCDIR/cmd"
+# burn.sh: each task burns ~1 s of CPU under /usr/bin/time, which writes its user CPU and
+# max RSS (KiB) to time.<rank>
+cat >burn.sh <<-'EOF'
+	#!/bin/sh
+	exec /usr/bin/time -f "%U %M" -o time.$FLUX_TASK_RANK python3 -c "
+	x = 0
+	for i in range(20000000): x += i
+	b = bytearray((100 + 50 * $FLUX_TASK_RANK) << 20)"
+	EOF
+chmod +x burn.sh
+
+# within A B PERCENT: A is within PERCENT% of B.
+within() {
+	echo "$1 $2 $3" | awk "{d = \$1 - \$2; if (d < 0) d = -d; exit !(d <= \$2 * \$3 / 100)}"
+}
+gather_stats() {
+	flux module stats sdexec | jq -c ".\"usage-gather\""
+}
+
+test_expect_success 'the brokers are a chain: rank 1 under 0, rank 2 under 1' '
+	flux python -c "import flux, json
+print(json.dumps(flux.Flux().rpc(\"overlay.topology\", {\"rank\": 0}).get()))" >topo.json &&
+	jq -e ".children[0].rank == 1 and .children[0].children[0].rank == 2" topo.json
+'
+test_expect_success 'a 3-rank job: flux jobs -o shows its CPU and peak memory' '
+	gather_stats >stats-before.json &&
+	id=$(flux submit -N3 -n3 --cwd="$PWD" ./burn.sh) &&
+	flux job wait-event -t $T $id clean &&
+	flux jobs -no "{user.sdexec.cpu} {user.sdexec.maxmem} {user.sdexec.maxmem_rank} {user.sdexec.ranks}" \
+		$id >memo.out &&
+	test_debug "cat memo.out" &&
+	read cpu maxmem rank ranks <memo.out &&
+	test "$ranks" = 3 && test "$rank" = 2 && test "$maxmem" -gt 0
+'
+test_expect_success 'the memo is the sum and the max of the rows of flux sdexec usage' '
+	flux sdexec usage $id &&
+	flux sdexec usage -o json $id >rows.json &&
+	jq -e ".[].ranks | length == 3" rows.json &&
+	sum=$(jq "[.[].ranks[] | .cpu_user_s + .cpu_sys_s] | add" rows.json) &&
+	max=$(jq "[.[].ranks[].memory_peak] | max" rows.json) &&
+	echo "memo cpu $cpu maxmem $maxmem, rows sum $sum max $max" &&
+	within "$cpu" "$sum" 0.001 &&
+	test "$maxmem" = "$max"
+'
+test_expect_success 'and matches /usr/bin/time of each rank (CPU 5%, peak 10%)' '
+	for r in 0 1 2; do
+		read utime rss <time.$r &&
+		cpu_r=$(jq ".[].ranks[] | select(.rank == $r) | .cpu_user_s" rows.json) &&
+		peak_r=$(jq ".[].ranks[] | select(.rank == $r) | .memory_peak" rows.json) &&
+		echo "rank $r: time %U $utime %M $rss KiB; sdexec $cpu_r s, $peak_r bytes" &&
+		within "$cpu_r" "$utime" 5 &&
+		within $((peak_r / 1024)) "$rss" 10 || return 1
+	done
+'
+test_expect_success 'rank 0 received one message for the job, from its one child' '
+	gather_stats >stats-after.json &&
+	test_debug "cat stats-before.json stats-after.json" &&
+	test $(jq -s ".[1].\"messages-in\" - .[0].\"messages-in\"" stats-before.json stats-after.json) -eq 1 &&
+	jq -e ".\"most-from-one-child\" == 1 and .waiting == 0" stats-after.json &&
+	test $(flux exec -r 1 flux module stats sdexec | jq ".\"usage-gather\".\"messages-out\"") -ge 1
+'
+test_expect_success 'the job eventlog has the memo' '
+	flux job eventlog $id | grep "memo.*\"sdexec\"" &&
+	flux job eventlog $id | grep -c "memo.*\"cpu\"" >memos &&
+	test $(cat memos) -eq 1
+'
+test_expect_success 'the shipped format: flux jobs -o sdexec' '
+	mkdir -p xdg/flux &&
+	cp "$SDEXEC_SRCDIR/conf.d/flux-jobs.toml" xdg/flux/ &&
+	XDG_CONFIG_HOME=$PWD/xdg flux jobs -a -o sdexec >preset.out &&
+	test_debug "cat preset.out" &&
+	grep "$(flux job id --to=f58 $id).* $maxmem " preset.out
+'
+test_expect_success 'a job on ranks 1 and 2 only is gathered and written the same way' '
+	id2=$(flux submit -N2 --requires=rank:1-2 --cwd="$PWD" ./burn.sh) &&
+	flux job wait-event -t $T $id2 clean &&
+	flux jobs -no "{user.sdexec.ranks} {user.sdexec.maxmem_rank}" $id2 >two.out &&
+	test_debug "cat two.out" &&
+	test "$(cat two.out)" = "2 2" &&
+	flux job info $id2 sdexec-usage.1 | jq -e ".rank == 1 and .cpu_user_s > 0"
+'
+test_expect_success 'flux sdexec usage --watch shows CPU% of a running job and ends with it' '
+	id3=$(flux submit -N3 -n3 python3 -c "import time
+t = time.time()
+while time.time() - t < 4: pass") &&
+	flux job wait-event -t $T -p exec $id3 shell.start &&
+	flux sdexec usage --watch -i 1 $id3 >watch.out &&
+	test_debug "cat watch.out" &&
+	grep -q "CPU%" watch.out &&
+	awk "\$4 ~ /^[0-9.]+\$/ && \$4 > 50 {busy = 1} END {exit !busy}" watch.out &&
+	tail -5 watch.out | grep -v running
+'
+test_done
