@@ -83,24 +83,29 @@ def records(h, jobid, timeout):
 
 
 def watch(h, args):
-    """``--watch``: the table again every ``args.interval`` seconds, with CPU%, until no
-    rank of the jobs runs (or ^C)."""
+    """``--watch``: the table again every ``args.interval`` seconds, with CPU%, until every
+    job has records and none runs (or ^C). A job without any at the first look: exit 1."""
     jobids = [JobID(text) for text in args.jobids]
-    before, then = {}, time.monotonic()
+    before, then, first = {}, time.monotonic(), True
     while True:
         samples = {j.f58: records(h, j, args.timeout) for j in jobids}
         now = time.monotonic()
+        if first and not all(samples.values()):
+            none = [f58 for f58, recs in samples.items() if not recs]
+            print(f"flux-sdexec: {', '.join(none)}: no usage record", file=sys.stderr)
+            return 1
         table = []
         for f58, recs in samples.items():
             after = {r["rank"]: r for r in recs}
             percent = usagerows.cpu_percent(before.get(f58, {}), after, now - then)
             before[f58] = after
             table += usagerows.rows(f58, recs, percent)
-        then = now
+        then, first = now, False
         print(time.strftime("%H:%M:%S"))
         print("\n".join(usagerows.lines(table, watch=True)), flush=True)
-        if not any(r.get("running") for recs in samples.values() for r in recs):
-            return 0
+        running = any(r.get("running") for recs in samples.values() for r in recs)
+        if not running and all(samples.values()):  # between the last exit and the record:
+            return 0  # no rank answers, none is written yet: look again
         time.sleep(args.interval)
         print()
 

@@ -154,11 +154,11 @@ class JobUsage:
     def _have_R(self, job, exc, R):
         """The job's R answered: the ranks to gather, once the topology is known too; none
         (no R, an error): each message goes on as it comes."""
-        if exc is not None or R is None:
-            self.log.error(f"usage of job {job.jobid}: no R ({exc}): passed on ungathered")
-            job.ranks = set()
-        else:
-            job.ranks = _ranks(R)
+        if exc is not None:
+            self.log.error(f"usage of job {job.jobid}: R: {exc.strerror or exc}: ungathered")
+        elif R is None:
+            self.log.debug(f"usage of job {job.jobid}: no R: its records go on as they come")
+        job.ranks = _ranks(R) if R is not None else set()
         if self.topology is not None:
             self._begin(job)
             return

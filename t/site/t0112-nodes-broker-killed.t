@@ -6,7 +6,9 @@ With bgexec and bulk-exec, a guest job runs on 3 nodes; the last node'"'"'s brok
 SIGKILLed (by its pid). The job ends with an exception naming the lost node; the shell unit
 on that node does not outlive the broker (its sdexec, losing the broker, stops it and has the
 IMP kill the job'"'"'s processes, which the flux user'"'"'s manager cannot signal); the other
-nodes'"'"' shells are stopped. The broker started again rejoins, and 3-node jobs run.'
+nodes'"'"' shells are stopped. The job'"'"'s usage record is written all the same, the lost
+node'"'"'s rank marked missing (its parent saw it lost), within the bound (CHECK_S after the
+other ranks'"'"' records). The broker started again rejoins, and 3-node jobs run.'
 
 . "$(dirname "$0")/sharness-nodes.sh"
 
@@ -41,6 +43,17 @@ for method in bgexec bulk-exec; do
 			site_wait_until_t no_node_shells $n &&
 			site_wait_until_t no_job_procs $n || return 1
 		done
+	'
+	test_expect_success "$method: the usage record has node$LAST's rank missing, the others'" '
+		site_wait_until_t owner flux job info $id sdexec-usage.$LAST >/dev/null 2>&1 &&
+		owner flux job info $id sdexec-usage.$LAST >missing.json &&
+		test_debug "cat missing.json" &&
+		jq -e ".rank == $LAST and (.missing | test(\"rank $LAST (lost|offline)\"))" missing.json &&
+		for n in $(seq 0 $((LAST - 1))); do
+			owner flux job info $id sdexec-usage.$n | jq -e ".rank == $n and .cpu_user_s != null" ||
+				return 1
+		done &&
+		owner flux sdexec usage $id | grep "missing: rank $LAST"
 	'
 	test_expect_success "$method: node$LAST's broker started again rejoins" '
 		"$NODES_SH" broker-up $LAST &&
