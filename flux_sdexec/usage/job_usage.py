@@ -127,9 +127,13 @@ class JobUsage:
             jobid, sender = int(body["id"]), int(body["rank"])
             rows = {int(r): dict(row) for r, row in body.get("rows", {}).items()}
             missing = {int(r): str(why) for r, why in body.get("missing", {}).items()}
+            late = bool(body.get("late", False))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise OSError(errno.EPROTO, f"usage-gather: malformed payload ({exc!r})")
         self.counts["messages-in"] += 1
+        if late and jobid not in self.jobs:  # a correction of a gathering ended long ago
+            self._pass_on(_Job(jobid), rows, missing, late=True)
+            return
         self._offer(jobid, rows, missing, sender)
 
     # ---- one job's gathering ----
@@ -198,9 +202,10 @@ class JobUsage:
     def _advance(self, job):
         """Pass on what is due; else look at the children's health in CHECK_S."""
         if job.gather.due(time.monotonic()):
+            late = job.gather.sent
             rows, missing = job.gather.take(time.monotonic())
             if rows or missing:
-                self._pass_on(job, rows, missing)
+                self._pass_on(job, rows, missing, late)
             if job.timer is not None:
                 job.timer.stop()
         elif job.timer is None:
@@ -242,7 +247,9 @@ class JobUsage:
                 return True
         return False
 
-    def _pass_on(self, job, rows, missing):
+    def _pass_on(self, job, rows, missing, late=False):
+        """Up to the parent's sdexec (``late``: after the job's message went), or written
+        at rank 0."""
         if self.rank == 0:
             self._write(job, rows, missing)
             return
@@ -253,6 +260,7 @@ class JobUsage:
             "rank": self.rank,
             "rows": {str(r): row for r, row in rows.items()},
             "missing": {str(r): why for r, why in missing.items()},
+            "late": late,
         }
         future = self.h.rpc(GATHER_TOPIC, payload, flux.constants.FLUX_NODEID_UPSTREAM)
         self.counts["messages-out"] += 1
@@ -260,7 +268,8 @@ class JobUsage:
 
     def _write(self, job, rows, missing):
         """Rank 0: the rows and marks new since the last write in one commit, then the
-        job's totals as its memo."""
+        job's totals as its memo (a memo's null deletes a key: ``missing`` once none is);
+        a correction of a gathering forgotten here is written without a memo."""
         import flux.kvs  # flux's: not in the unit tier
 
         txn = flux.kvs.KVSTxn(self.h, kvs_dir(_dothex(job.jobid)))
@@ -270,7 +279,11 @@ class JobUsage:
             txn.put(str(rank), {"rank": rank, "missing": why})
         self._hold(flux.kvs.commit_async(self.h, _kvstxn=txn), f"usage of job {job.jobid}")
         self.counts["records-written"] += 1
-        totals = job_totals(job.gather.rows, job.gather.missing)
+        if job.gather is None:
+            self.log.debug(f"usage of job {job.jobid}: a late record, written without a memo")
+            return
+        totals = dict(job_totals(job.gather.rows, job.gather.missing))
+        totals.setdefault("missing", None)
         self.memos.post(job.jobid, {"sdexec": totals}, f"usage of job {job.jobid}: memo")
 
     def _forget_old(self):
@@ -295,8 +308,15 @@ class JobUsage:
                 job.timer.stop()
             if job.gather is not None and not job.gather.sent:
                 rows, missing = job.gather.rows, job.gather.missing
-                if rows or missing:
-                    self._pass_on(job, rows, missing)
+            elif job.gather is None:
+                rows, missing = {}, {}
+                for early_rows, early_missing, _ in job.early:
+                    rows.update(early_rows)
+                    missing.update(early_missing)
+            else:
+                continue
+            if rows or missing:
+                self._pass_on(job, rows, missing)
         self.pending.clear()
 
     # ---- flux ----
