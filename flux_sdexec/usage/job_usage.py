@@ -12,7 +12,8 @@ is refused by the job manager (logged at debug level): the KVS record stays.
 
 While some rank has not reported, the gathering looks at its children's health every
 CHECK_S (``overlay.health``): a child lost or offline has its subtree's job ranks marked
-missing; its own row, no shell of the job running here, too. A rank still up is waited for
+missing; its own row too, when no shell of the job runs here and one ran (under this
+sdexec) or none came for OWN_WAIT_S. A rank still up is waited for
 (a job's ranks may end far apart), at most WAIT_MAX_S. What comes after a job's message
 went up goes up alone, as a correction. OOM kills of a job shell's unit become a non-fatal
 job exception of type ``oom``, raised by the rank at once.
@@ -35,6 +36,7 @@ from flux_sdexec.core.values import parse_idset
 OOM_TYPE = "oom"
 GATHER_TOPIC = "sdexec.usage-gather"
 CHECK_S = 5.0  # while a job's gathering waits: how often its children's health is looked at
+OWN_WAIT_S = 60.0  # how long this rank's own record is awaited when no shell of it ran here
 WAIT_MAX_S = 3600.0  # the longest a rank still up is waited for
 REMEMBERED = 1024  # gatherings ended that are kept for late corrections
 DOWN = ("lost", "offline")  # overlay.health's words for a child that is gone
@@ -66,7 +68,7 @@ class JobUsage:
     def shell_started(self, plain):
         """A shell of job ``plain`` (f58plain) starts here: what its gathering needs (the
         job's R, the overlay's topology) is asked now, so that its end waits for neither."""
-        self._job(job_number(plain))
+        self._job(job_number(plain)).shell_seen = True
 
     def shell_ended(self, plain, unit, usage, memory_max, check=None):
         """Job ``plain``'s (f58plain) shell ``unit`` on this rank ended having used ``usage``
@@ -231,7 +233,9 @@ class JobUsage:
                 if status.get(child) in DOWN:
                     why = f"rank {child} {status[child]}"
                     job.gather.add({}, {r: why for r in job.gather.children[child]}, child)
-            if own and not self._runs_here(job.jobid):
+            job.checks += 1
+            slow = job.checks * CHECK_S >= OWN_WAIT_S  # its shell may never start here
+            if own and not self._runs_here(job.jobid) and (job.shell_seen or slow):
                 job.gather.add({}, {self.rank: "no job shell ended on this rank"}, None)
             self._advance(job)
 
@@ -367,12 +371,15 @@ class JobUsage:
 
 class _Job:
     """One job's gathering at this broker: its R's ranks once looked up, the messages that
-    came before, the JobGather once the ranks and the topology are known, its timer."""
+    came before, the JobGather once the ranks and the topology are known, its timer, and
+    what its health checks go by."""
 
-    __slots__ = ("jobid", "ranks", "early", "gather", "timer")
+    __slots__ = ("jobid", "ranks", "early", "gather", "timer", "shell_seen", "checks")
 
     def __init__(self, jobid):
         self.jobid, self.ranks, self.early, self.gather, self.timer = jobid, None, [], None, None
+        self.shell_seen = False  # a shell of the job started here (under this sdexec)
+        self.checks = 0  # health checks made while ranks were awaited
 
 
 def _dothex(jobid):
