@@ -4,8 +4,9 @@ test_description='a 64-rank job'"'"'s usage gathered up a 64-broker tree
 
 flux start --test-size=64 on this one node (tbon.topo kary:32: ranks 1-32 under rank 0,
 33-63 under rank 1), [exec] service = "sdexec". A 64-rank job'"'"'s record is complete at rank
-0 (64 rows, the memo) within 1 s of its last task'"'"'s end (each task writes the time it
-ends; its shell exits right after), and rank 0'"'"'s sdexec received at most one message per
+0 (64 rows, the memo) within 1 s of its last shell'"'"'s exit (the latest of the ranks'"'"'
+"usage {...}" debug lines, logged when each sdexec reads the exited unit'"'"'s slice, forwarded
+to rank 0'"'"'s log file by log-forward-level=7), and rank 0'"'"'s sdexec received at most one message per
 child for it.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
@@ -15,13 +16,24 @@ sdexec_extra_config exec.toml <<-EOF
 	service = "sdexec"
 	EOF
 
-sdexec_under_flux 64 jobs
+sdexec_under_flux 64 jobs -- -Slog-forward-level=7
 . "$SDEXEC_SRCDIR/t/lib/sharness-jobs.sh"
 
 export FLUX_EXEC_PATH_PREPEND="$SDEXEC_SRCDIR/cmd"
 
 gather_stats() {
 	flux module stats sdexec | jq -c ".\"usage-gather\""
+}
+# exits_seen PLAIN: when each sdexec read an exited shell of job PLAIN, one epoch time a line
+# (the broker log file, where rank 0 writes what every rank forwards).
+exits_seen() {
+	grep "sdexec\.debug.*shell-[0-9]*-$1\.service: usage {" "$SDEXEC_OUTER_TRASH/broker.log" |
+		flux python -c "
+import sys, datetime
+for line in sys.stdin:
+    stamp = \" \".join(line.split()[:5])
+    t = datetime.datetime.strptime(stamp, \"%b %d %H:%M:%S.%f UTC %Y\")
+    print(t.replace(tzinfo=datetime.timezone.utc).timestamp())"
 }
 # event_time ID NAME: the timestamp of event NAME in job ID's eventlog.
 event_time() {
@@ -33,18 +45,22 @@ test_expect_success 'rank 0 has 32 children' '
 print(json.dumps(flux.Flux().rpc(\"overlay.topology\", {\"rank\": 0}).get()))" >topo.json &&
 	test $(jq ".children | length" topo.json) -eq 32
 '
-test_expect_success 'a 64-rank job: its record is complete within 1 s of its last task'"'"'s end' '
+test_expect_success 'a 64-rank job: its record is complete within 1 s of its last shell'"'"'s exit' '
 	gather_stats >before.json &&
 	id=$(flux submit -N64 -n64 --cwd="$PWD" sh -c "date +%s.%N >end.\$FLUX_TASK_RANK") &&
 	flux job wait-event -t $T $id clean &&
 	flux jobs -no "{user.sdexec.ranks}" $id >ranks.out &&
 	test "$(cat ranks.out)" = 64 &&
 	test $(ls end.* | wc -l) -eq 64 &&
-	last=$(cat end.* | sort -n | tail -1) &&
+	task_end=$(cat end.* | sort -n | tail -1) &&
+	exits_seen $(flux job id --to=f58plain $id) >exits &&
+	test $(wc -l <exits) -eq 64 &&
+	last=$(sort -n exits | tail -1) &&
 	finish=$(event_time $id finish) &&
 	memo=$(flux job eventlog -f json $id |
 		jq -s "[.[] | select(.name == \"memo\" and .context.sdexec.ranks == 64)][0].timestamp") &&
-	echo "last task end $last, memo of 64 ranks $memo, finish event $finish" &&
+	echo "last task end $task_end, last shell exit $last, memo of 64 ranks $memo," \
+		"finish event $finish" &&
 	echo "$memo $last" | awk "{exit !(\$1 - \$2 < 1)}"
 '
 test_expect_success 'every rank has its row in the job KVS directory' '
