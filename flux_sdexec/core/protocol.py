@@ -33,7 +33,6 @@ OPTIONS = (
 STREAMS = ("stdout", "stderr")
 # systemd sets these itself for the unit (imp_exec_helper relies on its own INVOCATION_ID)
 ENV_DROPPED = ("NOTIFY_SOCKET", "INVOCATION_ID")
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass
@@ -182,10 +181,15 @@ def parse_exec(payload, streaming):
 
 
 def unit_environment(env, flux_uri):
-    """``K=V`` strings for the unit: acceptable names only, FLUX_URI set, systemd's own dropped."""
+    """``K=V`` strings for the unit: acceptable names only (``[A-Za-z_][A-Za-z0-9_]*``, an
+    ASCII identifier: no regex per variable), FLUX_URI set, systemd's own dropped."""
     merged = dict(env)
     merged["FLUX_URI"] = flux_uri
-    return [f"{k}={v}" for k, v in merged.items() if _ENV_NAME_RE.match(k) and k not in ENV_DROPPED]
+    return [
+        f"{k}={v}"
+        for k, v in merged.items()
+        if k.isascii() and k.isidentifier() and k not in ENV_DROPPED
+    ]
 
 
 def parse_target(payload, verb):

@@ -27,6 +27,7 @@ import errno
 import json
 import time
 from collections import OrderedDict
+from itertools import islice
 
 from flux_sdexec.core.shelljobs import job_number, shell_job
 from flux_sdexec.core.usage_gather import JobGather, expected_ranks, job_totals
@@ -59,6 +60,7 @@ class JobUsage:
         self.watchers, self.memos, self.registry = watchers, memos, registry
         self.pending = set()  # futures in flight
         self.jobs = OrderedDict()  # job id -> _Job, oldest first
+        self.ended = 0  # how many of them have a complete gathering (_forget_old)
         self.topology = None  # this broker's subtree (overlay.topology), once answered
         self._waiting_topology = []  # _Jobs whose R is known, waiting for the topology
         self.counts = {"messages-in": 0, "messages-out": 0, "records-written": 0}
@@ -203,6 +205,9 @@ class JobUsage:
 
     def _advance(self, job):
         """Pass on what is due; else look at the children's health in CHECK_S."""
+        if not job.ended and job.gather.complete:  # after every add: complete stays so
+            job.ended = True
+            self.ended += 1
         if job.gather.due(time.monotonic()):
             late = job.gather.sent
             rows, missing = job.gather.take(time.monotonic())
@@ -291,10 +296,14 @@ class JobUsage:
         self.memos.post(job.jobid, {"sdexec": totals}, f"usage of job {job.jobid}: memo")
 
     def _forget_old(self):
-        """Keep at most REMEMBERED gatherings that ended (the oldest go first)."""
-        ended = [j for j, job in self.jobs.items() if job.gather and job.gather.complete]
-        for jobid in ended[: max(0, len(ended) - REMEMBERED)]:
-            del self.jobs[jobid]
+        """Keep at most REMEMBERED gatherings that ended (the oldest go first): counted,
+        not looked for, so a new job does not walk the REMEMBERED kept."""
+        excess = self.ended - REMEMBERED
+        if excess > 0:
+            old = list(islice((j for j, job in self.jobs.items() if job.ended), excess))
+            for jobid in old:
+                del self.jobs[jobid]
+            self.ended -= len(old)
 
     def stats(self):
         """``flux module stats sdexec``'s ``usage-gather``: messages in and out, records
@@ -374,12 +383,13 @@ class _Job:
     came before, the JobGather once the ranks and the topology are known, its timer, and
     what its health checks go by."""
 
-    __slots__ = ("jobid", "ranks", "early", "gather", "timer", "shell_seen", "checks")
+    __slots__ = ("jobid", "ranks", "early", "gather", "timer", "shell_seen", "checks", "ended")
 
     def __init__(self, jobid):
         self.jobid, self.ranks, self.early, self.gather, self.timer = jobid, None, [], None, None
         self.shell_seen = False  # a shell of the job started here (under this sdexec)
         self.checks = 0  # health checks made while ranks were awaited
+        self.ended = False  # its gathering is complete (counted in JobUsage.ended)
 
 
 def _dothex(jobid):

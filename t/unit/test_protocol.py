@@ -79,11 +79,13 @@ def test_negative_stop_timer_means_off():
 
 
 def test_unit_environment_filters_names():
-    """FLUX_URI is set; () names and systemd's own variables are dropped."""
+    """FLUX_URI is set; () names, names not ASCII and systemd's own variables are dropped."""
     env = {
         "A": "1",
         "f()": "x",
         "1X": "y",
+        "\u00e9T\u00c9": "z",
+        "A\n": "n",
         "NOTIFY_SOCKET": "s",
         "INVOCATION_ID": "i",
         "FLUX_URI": "old",

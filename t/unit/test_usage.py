@@ -14,8 +14,10 @@ from flux_sdexec.broker.accounting import Accounting
 from flux_sdexec.containment import cgroups
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.core.registry import Registry
-from flux_sdexec.core.usage_record import FIGURES
+from flux_sdexec.core.usage_record import FIGURES, UsageRecord
+from flux_sdexec.usage import job_usage
 from flux_sdexec.usage.job_usage import JobUsage
+from stubs import StubWatchers
 
 UNIT = "shell-0-fA1:tb.service"
 SLICE = cgroup_usage.accounting_slice(UNIT, "0a1b2c3d")
@@ -282,3 +284,33 @@ def test_an_adopted_unit_keeps_the_slice_systemd_says_it_is_in(tmp_path):
     old = proc()
     acc.adopted(old, {"Slice": "app.slice"})  # started by an sdexec without accounting
     assert acc.slices([old]) == set()
+
+
+class Gathering(JobUsage):
+    """The real ``JobUsage`` of the one broker of an instance: a job's R (on rank 0) found
+    at once, each job's record handed on as it is complete (``passed``)."""
+
+    def __init__(self):
+        super().__init__(None, logging.getLogger("t"), 0, "node0", StubWatchers(), None, ())
+        self.topology = {"rank": 0, "size": 1, "children": []}
+        self.passed = []
+
+    def _look_up(self, key, on_reply):
+        on_reply(None, {"execution": {"R_lite": [{"rank": "0"}]}})
+
+    def _pass_on(self, job, rows, missing, late=False):
+        self.passed.append(job.jobid)
+
+
+def test_only_the_last_remembered_ended_gatherings_are_kept(monkeypatch):
+    """A new job lets the oldest ended gatherings go past REMEMBERED; one still waiting
+    for its record stays, however old."""
+    monkeypatch.setattr(job_usage, "REMEMBERED", 3)
+    jobs = Gathering()
+    usage = UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0)
+    jobs.shell_started("f2")  # job 1: its shell runs on
+    for plain in ("f3", "f4", "f5", "f6", "f7"):  # jobs 2-6: each shell ends
+        jobs.shell_started(plain)
+        jobs.shell_ended(plain, f"shell-0-{plain}.service", usage, None)
+    assert jobs.passed == [2, 3, 4, 5, 6]
+    assert list(jobs.jobs) == [1, 3, 4, 5, 6] and jobs.ended == 4
