@@ -301,32 +301,17 @@ def test_job_totals_over_the_rows_with_missing_ranks_as_an_idset():
     }
 
 
+# the memo's figures when no rank gave any
+NO_FIGURES = dict.fromkeys(
+    ("cpu", "cpu_user", "cpu_sys", "maxmem", "mem_sum", "maxmem_rank", "tasks", "oom")
+)
+
+
 def test_job_totals_without_missing_ranks_has_no_missing_key_and_null_figures():
     """A figure no rank gave is None."""
-    assert job_totals({0: blank(0), 1: blank(1)}, {}) == {
-        "cpu": None,
-        "cpu_user": None,
-        "cpu_sys": None,
-        "maxmem": None,
-        "mem_sum": None,
-        "maxmem_rank": None,
-        "tasks": None,
-        "oom": None,
-        "ranks": 2,
-    }
+    assert job_totals({0: blank(0), 1: blank(1)}, {}) == dict(NO_FIGURES, ranks=2)
 
 
 def test_job_totals_of_no_rows_at_all():
     """Every rank missing: no figure, the idset of them all."""
-    assert job_totals({}, {0: "x", 1: "x"}) == {
-        "cpu": None,
-        "cpu_user": None,
-        "cpu_sys": None,
-        "maxmem": None,
-        "mem_sum": None,
-        "maxmem_rank": None,
-        "tasks": None,
-        "oom": None,
-        "ranks": 0,
-        "missing": "0-1",
-    }
+    assert job_totals({}, {0: "x", 1: "x"}) == dict(NO_FIGURES, ranks=0, missing="0-1")
