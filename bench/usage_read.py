@@ -14,11 +14,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from flux_sdexec.broker.accounting import Accounting  # noqa: E402
+from flux_sdexec.config import Settings  # noqa: E402
 from flux_sdexec.core.registry import Registry  # noqa: E402
 
 
 def main(n=2000):
-    acc = Accounting(logging.getLogger("bench"), 0, "bench", Registry(), None, None, set(), None)
+    log = logging.getLogger("bench")
+    acc = Accounting(log, 0, "bench", Settings(), Registry(), None, None, set(), None)
     acc.parent = "/app.slice"
     name = "app-sdexec.slice"
     unit = types.SimpleNamespace(name="sdexec.service", finished=True, result=None, wait_status=0)

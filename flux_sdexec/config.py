@@ -21,6 +21,7 @@ READ_KEYS = {
     "sdexec.systemd-timeout": "flux_sdexec/config.py",
     "sdexec.orphan-check-interval": "flux_sdexec/config.py",
     "sdexec.restart-grace": "flux_sdexec/config.py",
+    "sdexec.usage": "flux_sdexec/config.py",
     "sdexec.mapper": "flux_sdexec/containment/mapper/mapper_service.py",
     "sdexec.mapper-searchpath": "flux_sdexec/containment/mapper/mapper_service.py",
     "sdexec.allowed-devices": "flux_sdexec/containment/mapper/mapper_service.py",
@@ -46,6 +47,7 @@ class Settings:
     debug: bool = False  # [systemd] sdexec-debug
     unload_policy: str = handoff.KEEP_WAITABLE  # [systemd] sdexec-unload
     restart_grace: float = handoff.DEFAULT_RESTART_GRACE  # [sdexec] restart-grace
+    usage: str = "jobs"  # [sdexec] usage: which units get an accounting slice (USAGE_SCOPES)
 
 
 def _systemd_table(conf):
@@ -194,6 +196,26 @@ def restart_grace(conf):
     """
     value = _sdexec_table(conf).get("restart-grace")
     return _duration_key("restart-grace", value, handoff.DEFAULT_RESTART_GRACE, '"5m"')
+
+
+# sdexec.usage: whose figures are read, each unit of them in an accounting slice of its own
+USAGE_SCOPES = ("jobs", "all", "none")
+
+
+def usage(conf):
+    """``sdexec.usage``: which units run in an accounting slice of their own, so that
+    what they used is read at their exit: ``jobs`` (job shells: the default), ``all``
+    (every unit, ``flux exec`` processes too) or ``none``.
+
+    Raises:
+        RequestError: EINVAL naming the key and the accepted values.
+    """
+    value = _sdexec_table(conf).get("usage", "jobs")
+    if value not in USAGE_SCOPES:
+        raise RequestError(
+            errno.EINVAL, f"sdexec.usage must be one of {', '.join(USAGE_SCOPES)}: got {value!r}"
+        )
+    return value
 
 
 def _duration_key(key, value, default, example):

@@ -8,8 +8,9 @@ outside Flux, a 300 MB bytearray peak memory within 10% of %M (where the layout 
 memory), a 2-node job two rows and a total, a running job rising CPU; the raw record is
 flux job info JOBID sdexec-usage.RANK. Under MemoryMax=50M a 200 MB job prints the oom
 exception (rank, count, limit) and reports oom_kills >= 1 and a peak near 50M; a job whose
-child is OOM-killed but exits 0 stays successful. flux exec --service sdexec: the figures at
-debug level in flux dmesg and in the sdexec.wait answer. A job shell that ended before
+child is OOM-killed but exits 0 stays successful. flux exec --service sdexec: no figures by
+default; with [sdexec] usage = "all", the figures at debug level in flux dmesg and in the
+sdexec.wait answer. A job shell that ended before
 an sdexec reload keeps the record written at its exit (the next sdexec looks it up rather
 than writing one of nulls over it). No unit or slice is left.'
 
@@ -104,7 +105,19 @@ test_expect_success 'a job with no record: exit 1, said on stderr' '
 zombie() {
 	flux sproc ps --service sdexec | grep -E "^ *[0-9]+ +Z +$1 "
 }
+test_expect_success 'by default a flux exec process has no slice, no figures' '
+	flux exec -r 0 --service sdexec --bg --waitable --label=use0 true &&
+	sdexec_wait_until zombie use0 &&
+	flux python -c "import flux, json
+print(json.dumps(flux.Flux().rpc(\"sdexec.wait\", {\"pid\": -1, \"label\": \"use0\"}).get()))" \
+		>wait0.json &&
+	jq -e ".status == 0 and .usage == null" wait0.json &&
+	! flux dmesg | grep "use0.*usage {"
+'
+# From here on every unit has a slice (the flux exec processes below are read too).
 test_expect_success 'flux exec --service sdexec: figures in dmesg (debug) and sdexec.wait' '
+	sdexec_set_config usage "[sdexec]
+usage = \"all\"" &&
 	flux exec -r 0 --service sdexec --bg --waitable --label=use1 python3 -c "$BURN" &&
 	sdexec_wait_until zombie use1 &&
 	flux python -c "import flux, json

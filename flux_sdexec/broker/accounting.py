@@ -1,7 +1,8 @@
 """What each unit used, read from its accounting slice, and handed to its job.
 
-Every unit sdexec starts gets ``Slice=`` a slice of its own (``usage.cgroup_usage``), unless
-the client chose a slice. When the process is known to have exited, the slice's cgroup
+Every job shell sdexec starts (every unit with ``[sdexec] usage = "all"``, none with
+``"none"``) gets ``Slice=`` a slice of its own (``usage.cgroup_usage``), unless the client
+chose a slice. When the process is known to have exited, the slice's cgroup
 files are read once (5-7 small files: ~50 µs here) into a ``core.usage_record.UsageRecord``,
 kept here with the rest of the process's accounting (``_Account``, written by this module
 alone): logged at debug level, answered in ``sdexec.wait`` (field ``usage``), and, for a job
@@ -46,6 +47,7 @@ class Accounting:
     Args:
         log: the module's BrokerLogger.
         rank: this broker's rank; host: this node's host name.
+        settings: the service's ``config.Settings`` (``usage``: which units get a slice).
         registry: the service's Registry (``sdexec.usage`` answers from it).
         responder: the service's Responder.
         bridge: the SystemdBridge that stops slices.
@@ -59,6 +61,7 @@ class Accounting:
         log,
         rank,
         host,
+        settings,
         registry,
         responder,
         bridge,
@@ -67,7 +70,7 @@ class Accounting:
         proc="/proc",
         kmsg="/dev/kmsg",
     ):
-        self.log, self.rank, self.host = log, rank, host
+        self.log, self.rank, self.host, self.settings = log, rank, host, settings
         self.registry, self.responder = registry, responder
         self.bridge, self.sweeper, self.jobs = bridge, sweeper, jobs
         self.proc = proc
@@ -87,14 +90,15 @@ class Accounting:
         self.checking = set()  # _Checks in flight (adopted job shells' lookups)
 
     def place(self, p, props):
-        """The start ``props`` of ``p`` with a slice of its own (unchanged if the client
-        chose a slice: then nothing is read)."""
-        if PREFIX + "Slice" in p.cmd.opts:
+        """The start ``props`` of ``p`` with a slice of its own, if ``[sdexec] usage`` has
+        its usage read (unchanged if the client chose a slice: then nothing is read)."""
+        scope, job = self.settings.usage, shell_job(p)
+        if scope == "none" or (scope == "jobs" and job is None) or PREFIX + "Slice" in p.cmd.opts:
             return props
         name = cgroup_usage.accounting_slice(p.unit.name, os.urandom(4).hex())
         if name is None:
             return props
-        acct = self.accounts[p] = _Account(name, shell_job(p))
+        acct = self.accounts[p] = _Account(name, job)
         if acct.job is not None:
             self.jobs.shell_started(acct.job)
         return props + [("Slice", "s", name)]

@@ -79,6 +79,7 @@ class SdexecService:
         orphan_interval: ``[sdexec] orphan-check-interval`` (broker/orphan_watch.py).
         jobs_outlive_shutdown: the broker runs with ``FLUX_DISABLE_JOB_CLEANUP`` (handoff.py).
         restart_grace: ``[sdexec] restart-grace`` (handoff.py).
+        usage: ``[sdexec] usage``, which units get an accounting slice (broker/accounting.py).
         bridge_class: what reaches systemd (``SystemdBridge``; tests give a fake).
     """
 
@@ -99,11 +100,12 @@ class SdexecService:
         orphan_interval=orphans.DEFAULT_INTERVAL,
         jobs_outlive_shutdown=False,
         restart_grace=handoff.DEFAULT_RESTART_GRACE,
+        usage="jobs",
         bridge_class=SystemdBridge,
     ):
         self.log = log
         self.rank = rank
-        self.settings = Settings(debug, unload_policy, restart_grace)
+        self.settings = Settings(debug, unload_policy, restart_grace, usage)
         self.jobs_outlive_shutdown = jobs_outlive_shutdown
         self.broker_pid = broker_pid
         self.module_file = module_file
@@ -127,7 +129,9 @@ class SdexecService:
         self.sweeper = sweeper = Sweeper(bridge, bus, watchers, log, calls.deadline)
         host = socket.gethostname()
         self.job_usage = jobs = JobUsage(handle, log, rank, host, watchers, self.memos, registry)
-        self.accounting = Accounting(log, rank, host, registry, responder, bridge, sweeper, jobs)
+        self.accounting = Accounting(
+            log, rank, host, self.settings, registry, responder, bridge, sweeper, jobs
+        )
         # waitable units stay loaded once ended (holds.py), notify ones through a bus loss
         # (keepers.py); a start of a name whose hold and keeper are not both released yet
         # waits for them (after_release.py)
@@ -241,9 +245,9 @@ class SdexecService:
         debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
         check, required = config.containment_check(conf), config.containment_required(conf)
         budget, interval = config.systemd_timeout(conf), config.orphan_check_interval(conf)
-        grace = config.restart_grace(conf)
+        grace, usage = config.restart_grace(conf), config.usage(conf)
         self.settings.debug, self.settings.unload_policy = debug, policy
-        self.settings.restart_grace = grace
+        self.settings.restart_grace, self.settings.usage = grace, usage
         self.containment.configure(check, required)  # the host's set read again
         self.calls.budget = budget
         self.orphans.interval = interval

@@ -70,6 +70,7 @@ class SdexecModule(BrokerModule):
                 # flux-core's rc1 cancels no running job at shutdown: they outlive it
                 jobs_outlive_shutdown="FLUX_DISABLE_JOB_CLEANUP" in os.environ,
                 restart_grace=config.restart_grace(conf),
+                usage=config.usage(conf),
             )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")

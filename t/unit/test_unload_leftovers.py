@@ -26,6 +26,7 @@ from flux_sdexec.broker import adopt  # noqa: E402
 from flux_sdexec.broker.accounting import Accounting  # noqa: E402
 from flux_sdexec.systemd import teardown  # noqa: E402
 from flux_sdexec.systemd.keepers import Keepers, keeper_name  # noqa: E402
+from flux_sdexec.config import Settings  # noqa: E402
 from flux_sdexec.usage.cgroup_usage import accounting_slice, stop_slice  # noqa: E402
 from flux_sdexec.core.errors import UnitError  # noqa: E402
 from flux_sdexec.core.naming import UnitNamer  # noqa: E402
@@ -184,7 +185,7 @@ def test_the_next_load_stops_its_leftover_slices_and_keepers_only(monkeypatch):
     registry = Registry()
     registry.add(adopted)
     accounting = Accounting(
-        StubLog(), 0, "node0", registry, None, bridge, None, None, proc="", kmsg=""
+        StubLog(), 0, "node0", Settings(), registry, None, bridge, None, None, proc="", kmsg=""
     )
     accounting.adopted(adopted, {"Slice": adopted_slice})
     keepers = Keepers(None, None, None, None, StubLog(), lambda: 5.0, print)

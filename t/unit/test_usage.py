@@ -9,8 +9,11 @@ import logging
 import socket
 import types
 
+import pytest
+
 from flux_sdexec.usage.oom_log import OomLog
 from flux_sdexec.broker.accounting import Accounting
+from flux_sdexec.config import Settings
 from flux_sdexec.containment import cgroups
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.core.registry import Registry
@@ -89,14 +92,15 @@ class Jobs(JobUsage):
         on_reply(exc, record)
 
 
-def accounting(proc, kmsg="", bridge=None, sweeper=frozenset(), jobs=None):
+def accounting(proc, kmsg="", bridge=None, sweeper=frozenset(), jobs=None, usage="all"):
     """An Accounting over the tree at ``proc``, on rank 0 of host ``node0``, with an empty
     registry; slices stopped through ``bridge``, units let go in ``sweeper``, job shells'
-    records to ``jobs``."""
+    records to ``jobs``; ``usage``: ``[sdexec] usage``."""
     log = logging.getLogger("t")
     jobs = jobs or Jobs()
+    settings = Settings(usage=usage)
     return Accounting(
-        log, 0, "node0", Registry(), None, bridge, sweeper, jobs, proc=proc, kmsg=kmsg
+        log, 0, "node0", settings, Registry(), None, bridge, sweeper, jobs, proc=proc, kmsg=kmsg
     )
 
 
@@ -274,6 +278,21 @@ def test_place_gives_each_start_a_slice_of_its_own(tmp_path):
     assert cgroup_usage.is_accounting_slice(name)
     client = proc(opts={"SDEXEC_PROP_Slice": "x.slice"})
     assert acc.place(client, props) == props and acc.slices([client]) == set()
+
+
+@pytest.mark.parametrize(
+    "usage, shell, other",
+    [("jobs", True, False), ("all", True, True), ("none", False, False)],
+)
+def test_sdexec_usage_says_which_units_get_a_slice(tmp_path, usage, shell, other):
+    """``[sdexec] usage``: job shells (the default), every unit, or none; a unit without a
+    slice has no account (no usage read, nothing handed to its job)."""
+    acc = accounting(tree(tmp_path, cgroups.HYBRID), usage=usage)
+    job_shell, exec_ = proc(), proc(name="ls-0:tb.service")
+    assert (acc.place(job_shell, []) != []) is shell
+    assert (acc.place(exec_, []) != []) is other
+    assert bool(acc.slices([job_shell])) is shell and bool(acc.slices([exec_])) is other
+    assert acc.jobs.started == (["fA1"] if shell else [])
 
 
 def test_an_adopted_unit_keeps_the_slice_systemd_says_it_is_in(tmp_path):
