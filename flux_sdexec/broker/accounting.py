@@ -16,10 +16,10 @@ record, raised its ``oom`` exception and, at an unload, stopped its slice. Readi
 slice again would give nulls (it is gone) or count the OOM kills a second time. So the
 first read of an adopted job shell's exit looks its record up in the job's KVS directory
 first, without waiting (``JobUsage.shell_ended`` with a ``_Check``): there, the record
-written is the process's usage and nothing is sent or raised; not there, the figures read at
-the exit go to the job as for any exec. The KVS is the one place that survives both an upgrade and a crash, and a
-record written is never one this sdexec has to guess. A wait answered meanwhile goes out
-from the lookup's reply (``after_usage``), with the record.
+written is the process's usage and nothing is sent or raised; not there, the figures read
+at the exit go to the job as for any exec. The KVS is the one place that survives both an
+upgrade and a crash, and a record written is never one this sdexec has to guess. A wait
+answered meanwhile goes out from the lookup's reply (``after_usage``), with the record.
 
 Imports no CLI module and nothing of flux.
 """
