@@ -18,7 +18,8 @@ job_queued() {
 unloaded() {
 	test "$(systemctl --user show -p LoadState --value "$1")" = not-found
 }
-# block NAME: NAME.slice, whose start waits behind NAME-pre.service (its ExecStartPre
+# block NAME: NAME.slice (no "-" in NAME: a slice named a-b.slice would sit in a.slice, left
+# active after it), whose start waits behind NAME-pre.service (its ExecStartPre
 # sleeps) until that is stopped (unblock NAME). cleanup NAME UNIT: both gone, and UNIT.
 block() {
 	systemd-run --user --no-block --unit=$1-pre.service \
@@ -41,7 +42,7 @@ cleanup() {
 # the unit stays loaded for good: unload cancels it.
 test_expect_success 'module remove cancels a start job still queued' '
 	u=queued-unload:$SDEXEC_INSTANCE.service &&
-	blk=blk-$SDEXEC_INSTANCE &&
+	blk=blk_$SDEXEC_INSTANCE &&
 	test_when_finished "cleanup $blk $u; flux exec -r 1 flux module load $SDEXEC_MODULE" &&
 	block $blk &&
 	{ $sdexec -r 1 --setopt=SDEXEC_NAME=$u --setopt=SDEXEC_PROP_Slice=$blk.slice \
@@ -61,7 +62,7 @@ test_expect_success 'module remove cancels a start job still queued' '
 # is nothing to kill yet: the process is killed once it runs, not left to run on.
 test_expect_success 'a client gone while its start is queued: killed once it runs' '
 	u=queued-gone:$SDEXEC_INSTANCE.service &&
-	blk=blk2-$SDEXEC_INSTANCE &&
+	blk=blk2_$SDEXEC_INSTANCE &&
 	test_when_finished "cleanup $blk $u" &&
 	block $blk &&
 	{ $sdexec -r 1 --setopt=SDEXEC_NAME=$u --setopt=SDEXEC_PROP_Slice=$blk.slice \
