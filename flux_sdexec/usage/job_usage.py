@@ -208,9 +208,10 @@ class JobUsage:
         if not job.ended and job.gather.complete:  # after every add: complete stays so
             job.ended = True
             self.ended += 1
-        if job.gather.due(time.monotonic()):
+        now = time.monotonic()
+        if job.gather.due(now):
             late = job.gather.sent
-            rows, missing = job.gather.take(time.monotonic())
+            rows, missing = job.gather.take(now)
             if rows or missing:
                 self._pass_on(job, rows, missing, late)
             if job.timer is not None:
