@@ -1,6 +1,7 @@
 """Responses sent without blocking the reactor, in order, with back-pressure.
 
-``Outbox.respond`` derives the response to a request and sends it. ``flux_respond``
+``Outbox.respond`` derives the response to a request and sends it; ``respond_output``
+does the same for one chunk of a foreground stream, encoding it into the message. ``flux_respond``
 blocks while the socket to the broker is full; the outbox sends with FLUX_O_NONBLOCK
 instead. Once the socket refuses one (which is then finished, see Outbox), the
 responses after it wait in one FIFO (so they keep their order) until a handle watcher
@@ -72,23 +73,48 @@ class Outbox:
         self._congested = False
         self._watcher = watchers.handle(lib.FLUX_POLLOUT, self._flush, "outbox")
 
-    def respond(self, msg, errnum, text, flow=None):
-        """Answer request ``msg`` (a flux Message) with ``errnum`` and ``text`` (encoded JSON
-        or an error text, bytes, or None); queued behind earlier responses, an output
-        response counts in its stream's ``flow``. A response that cannot be built is logged.
-        """
+    def respond(self, msg, errnum, text):
+        """Answer request ``msg`` with ``errnum`` and ``text`` (encoded JSON or an error
+        text, bytes, or None), queued behind earlier responses. A response that cannot be
+        built is logged."""
+        resp = self._derive(msg, errnum)
+        if resp is not None and (text is None or self._set(msg, resp, text)):
+            self._post(resp, None, 0)
+
+    def respond_output(self, msg, encoder, chunk, eof, flow):
+        """Answer exec request ``msg`` with one ``output`` response: ``chunk`` (bytes; b""
+        with ``eof``: the EOF alone), its JSON made by the stream's ``encoder``
+        (``responses.OutputEncoder``) straight into the message. While queued, it counts
+        in the stream's ``flow``."""
+        resp = self._derive(msg, 0)
+        if resp is not None:
+            text = encoder.data(chunk, eof) if chunk else encoder.eof()
+            if self._set(msg, resp, text):
+                self._post(resp, flow, len(text))
+
+    def _derive(self, msg, errnum):
+        """The response message to ``msg``, or None: none is wanted, or it failed (logged)."""
         if lib.flux_msg_is_noresponse(msg.handle):
-            return
+            return None
         resp = lib.flux_response_derive(msg.handle, errnum)
-        if resp == ffi.NULL or (text is not None and lib.flux_msg_set_string(resp, text) < 0):
+        if resp == ffi.NULL:
             self._log.error(f"error responding to {msg.topic}")
-            if resp != ffi.NULL:
-                lib.flux_msg_destroy(resp)
-            return
+            return None
+        return resp
+
+    def _set(self, msg, resp, text):
+        """Put ``text`` in ``resp``; False (logged, ``resp`` destroyed) if it would not go."""
+        if lib.flux_msg_set_string(resp, text) == 0:
+            return True
+        self._log.error(f"error responding to {msg.topic}")
+        lib.flux_msg_destroy(resp)
+        return False
+
+    def _post(self, resp, flow, size):
+        """Send ``resp`` now, or queue it behind the others while the socket is full."""
         if not self._congested:
             self._send(resp)
             return
-        size = len(text) if text else 0
         self._queue.append((resp, flow, size))
         if flow is not None:
             flow.add(size)

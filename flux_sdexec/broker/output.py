@@ -1,13 +1,20 @@
 """One output stream of a unit, from its socket to the client.
 
 ``OutputReader`` reads our end of the stream's socketpair when its fd watcher says so,
-splits what it read with ``linebuf.OutputBuffer`` and sends each chunk on:
+cuts what it read into chunks with its ``OutputBuffer`` and sends each chunk on:
 
 - a foreground process's chunk is an ``output`` response on the exec request: the per-line
-  hot path, one string escape (``responses.OutputEncoder``) and one send through the
-  ``outbox.Outbox``, never touching the state machine;
+  hot path, built and sent by the ``outbox.Outbox`` (``respond_output``, whose
+  ``responses.OutputEncoder`` escapes the text into the message), never touching the
+  state machine;
 - a background process's chunk is an ``OutputChunk`` input: the core logs it and keeps it
   for a wait.
+
+In line mode a chunk is one line, because that is what the clients need: libsubprocess'
+remote client (remote.c ``remote_out_check_cb``) waits for a complete line but then calls
+the output callback once per reactor turn, and ``flux exec`` (``output_cb``) and bulk-exec
+(``exec_output_cb``) take everything buffered with ``flux_subprocess_read``: a message of
+many lines would get one ``--label-io`` prefix, one exec.eventlog entry (t0025 shows it).
 
 Back-pressure: the reader's ``outbox.Flow`` counts its responses the outbox still holds;
 over the Flow's bounds the outbox calls the reader's ``pause()``, then ``resume()``. At EOF
@@ -22,12 +29,63 @@ from flux_sdexec.broker.channels import Socketpair
 from flux_sdexec.broker.outbox import Flow
 from flux_sdexec.core import responses
 from flux_sdexec.core.events import OutputChunk, OutputClosed
-from flux_sdexec.core.linebuf import OutputBuffer
+from flux_sdexec.core.protocol import DEFAULT_BUFSIZE
 
 # Python allocates the whole size asked of recv() first: a read sized to what may be
 # queued, not to the most that could ever be, saves ~20 µs per small read. The size
 # follows the reads between READ_MIN and what the socket can hold (its SO_SNDBUF).
 READ_MIN = 16 * 1024
+
+
+class OutputBuffer:
+    """Splits one output stream into the chunks to send.
+
+    Args:
+        line_mode: one line per chunk (True) or one read per chunk (False).
+        size: the most a partial line may grow before it is sent as is.
+    """
+
+    __slots__ = ("line_mode", "size", "_pending")
+
+    def __init__(self, line_mode=True, size=DEFAULT_BUFSIZE):
+        self.line_mode = line_mode
+        self.size = size
+        self._pending = b""
+
+    @property
+    def used(self):
+        """Bytes held back waiting for a newline."""
+        return len(self._pending)
+
+    @property
+    def free(self):
+        """How much the next read may bring."""
+        return self.size - len(self._pending)
+
+    def feed(self, data):
+        """Return the chunks ``data`` completes (bytes, each ending in a newline in line mode)."""
+        if not self.line_mode:
+            return [data]
+        if self._pending:
+            data = self._pending + data
+        end = data.rfind(b"\n") + 1
+        if end == 0:
+            if len(data) >= self.size:
+                self._pending = b""
+                return [data]
+            self._pending = data
+            return []
+        self._pending = data[end:]
+        if data.find(b"\n") == end - 1:  # exactly one complete line: no split, no copies
+            return [data if end == len(data) else data[:end]]
+        lines = data[:end].split(b"\n")
+        lines.pop()
+        return [line + b"\n" for line in lines]
+
+    def eof(self):
+        """Return what is still held (sent with the EOF), emptying the buffer."""
+        pending, self._pending = self._pending, b""
+        return pending
 
 
 class OutputReader(Socketpair):
@@ -109,8 +167,7 @@ class OutputReader(Socketpair):
             self._encoder = responses.OutputEncoder(self.stream, self._rank, self._p.pid)
         if self._imp_error is not None and chunk:
             self._imp_error.see(chunk)
-        text = self._encoder.data(chunk, eof) if chunk else self._encoder.eof()
-        self._outbox.respond(self._msg, 0, text, self.flow)
+        self._outbox.respond_output(self._msg, self._encoder, chunk, eof, self.flow)
 
     def _feed_chunk(self, chunk, eof):
         """Background: ``chunk`` as an OutputChunk input of the core (nothing for EOF alone)."""

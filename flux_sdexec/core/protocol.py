@@ -12,7 +12,6 @@ import signal
 from dataclasses import dataclass, field
 
 from flux_sdexec.core.errors import RequestError
-from flux_sdexec.core.linebuf import DEFAULT_BUFSIZE
 from flux_sdexec.core.properties import PREFIX as PROP_PREFIX
 from flux_sdexec.core.values import parse_idset, parse_size
 
@@ -22,6 +21,7 @@ FLAG_CHANNEL = 4
 FLAG_WRITE_CREDIT = 8
 FLAG_WAITABLE = 16
 LOCAL_FLAG_STDIO_FALLTHROUGH = 1
+DEFAULT_BUFSIZE = 4 * 1024 * 1024  # libsubprocess' SUBPROCESS_DEFAULT_BUFSIZE
 
 OPTIONS = (
     "SDEXEC_NAME",

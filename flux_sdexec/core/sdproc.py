@@ -25,8 +25,8 @@ applies them. The ``io`` slots (and ``Wait.grace``) hold the adapters' objects
 import os
 
 from flux_sdexec.core.impfatal import watch_for
+from flux_sdexec.core.retained import RetainedOutput
 from flux_sdexec.core.events import ResetFailedUnit, StartOutput, StopUnit
-from flux_sdexec.core.linebuf import RetainedOutput
 from flux_sdexec.core.states import ExecAnswer, Hold, ProcState, StopStage
 from flux_sdexec.core.unitstate import Unit, forget_call
 

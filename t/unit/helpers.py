@@ -7,9 +7,8 @@ import signal
 
 from flux_sdexec.containment.enforcement import PostStartCheck
 from flux_sdexec.core.events import OutputClosed, UnitChanged
-from flux_sdexec.core.linebuf import DEFAULT_BUFSIZE
 from flux_sdexec.core.machine import handle
-from flux_sdexec.core.protocol import ExecRequest
+from flux_sdexec.core.protocol import DEFAULT_BUFSIZE, ExecRequest
 from flux_sdexec.core.sdproc import SdProc
 from flux_sdexec.core.states import ProcState
 

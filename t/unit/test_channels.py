@@ -97,12 +97,13 @@ class Outbox:
         self.held = []
         self.congested = congested
 
-    def respond(self, msg, errnum, text, flow=None):
+    def respond_output(self, msg, encoder, chunk, eof, flow):
+        text = encoder.data(chunk, eof) if chunk else encoder.eof()
         if self.congested:
-            self.held.append((msg, errnum, text, flow))
+            self.held.append((msg, 0, text, flow))
             flow.add(len(text))
         else:
-            self.sent.append((msg, errnum, text))
+            self.sent.append((msg, 0, text))
 
     def flush(self):
         while self.held:
@@ -272,7 +273,7 @@ def test_an_exception_on_the_way_out_is_logged_and_does_not_escape():
     reactor, log = Reactor(), Log()
 
     class Broken(Outbox):
-        def respond(self, msg, errnum, text, flow=None):
+        def respond_output(self, msg, encoder, chunk, eof, flow):
             raise RuntimeError("outbox failed")
 
     channel, _, _ = reader(reactor, log, Broken())

@@ -52,8 +52,8 @@ class Outbox:
     def __init__(self):
         self.sent = []
 
-    def respond(self, msg, errnum, text, flow=None):
-        self.sent.append(text)
+    def respond_output(self, msg, encoder, chunk, eof, flow):
+        self.sent.append(encoder.data(chunk, eof) if chunk else encoder.eof())
 
 
 def write_stderr(proc, lines):

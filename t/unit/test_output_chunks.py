@@ -1,6 +1,7 @@
 """Output chunking (one line per message in line mode) and the retained tail of a waitable."""
 
-from flux_sdexec.core.linebuf import OutputBuffer, RetainedOutput
+from flux_sdexec.broker.output import OutputBuffer
+from flux_sdexec.core.retained import RetainedOutput
 
 
 def test_line_mode_one_line_per_chunk():
