@@ -9,7 +9,8 @@ record (a KVS key per rank) and posts its totals as a memo. flux jobs -o shows t
 the shipped format (conf.d/flux-jobs.toml) too; they are the sum and the max of the rows of
 flux sdexec usage, and CPU is within 5% of /usr/bin/time of each rank'"'"'s command. A job
 on ranks 1 and 2 alone is gathered the same way. flux sdexec usage --watch shows a running
-job'"'"'s CPU% and ends with it.'
+job'"'"'s CPU% and ends with it; a running job'"'"'s rows are gathered on demand the same way,
+down the tree and back, one request per child.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
@@ -102,6 +103,29 @@ test_expect_success 'a job on ranks 1 and 2 only is gathered and written the sam
 	test_debug "cat two.out" &&
 	test "$(cat two.out)" = "2 2" &&
 	flux job info $id2 sdexec-usage.1 | jq -e ".rank == 1 and .cpu_user_s > 0"
+'
+live_asked() {
+	flux exec -r $1 flux module stats sdexec | jq -r ".\"usage-gather\".\"live-asked\" + 100 * .\"usage-gather\".\"live-asked-down\""
+}
+test_expect_success 'a running job'"'"'s rows are gathered down and up the tree, one ask per child' '
+	id4=$(flux submit -N3 -n3 sleep 300) &&
+	flux job wait-event -t $T -p exec $id4 shell.start &&
+	before="$(live_asked 0) $(live_asked 1) $(live_asked 2)" &&
+	flux sdexec usage -o json $id4 >live.json &&
+	test_debug "cat live.json" &&
+	jq -e "[.[].ranks[] | select(.running)] | length == 3" live.json &&
+	after="$(live_asked 0) $(live_asked 1) $(live_asked 2)" &&
+	echo "$before -> $after" &&
+	set -- $before $after &&
+	test $(($4 - $1)) -eq 101 && test $(($5 - $2)) -eq 101 && test $(($6 - $3)) -eq 1
+'
+test_expect_success 'the running job is cancelled; its record is complete' '
+	flux cancel $id4 &&
+	flux kvs get --waitcreate $(flux job id --to=kvs $id4).sdexec-usage.2 &&
+	flux sdexec usage -o json $id4 >done.json &&
+	test_debug "cat done.json" &&
+	jq -e "[.[].ranks[] | select(.running or .missing)] | length == 0" done.json &&
+	jq -e "[.[].ranks[]] | length == 3" done.json
 '
 test_expect_success 'flux sdexec usage --watch shows CPU% of a running job and ends with it' '
 	id3=$(flux submit -N3 -n3 python3 -c "import time

@@ -7,7 +7,8 @@ flux start --test-size=64 on this one node (tbon.topo kary:32: ranks 1-32 under 
 0 (64 rows, the memo) within 1 s of its last shell'"'"'s exit (the latest of the ranks'"'"'
 "usage {...}" debug lines, logged when each sdexec reads the exited unit'"'"'s slice, forwarded
 to rank 0'"'"'s log file by log-forward-level=7), and rank 0'"'"'s sdexec received at most one message per
-child for it.'
+child for it. A running 64-rank job'"'"'s rows are gathered on demand the same way: rank 0
+asks each of its 32 children once, rank 1 its 31.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"
 
@@ -73,5 +74,20 @@ test_expect_success 'rank 0 received one message per child for the job' '
 	test_debug "cat before.json after.json" &&
 	test $(jq -s ".[1].\"messages-in\" - .[0].\"messages-in\"" before.json after.json) -eq 32 &&
 	jq -e ".\"most-from-one-child\" == 1 and .waiting == 0" after.json
+'
+test_expect_success 'a running 64-rank job: every rank live, one ask per child' '
+	gather_stats >before.json &&
+	flux exec -r 1 flux module stats sdexec | jq -c ".\"usage-gather\"" >before1.json &&
+	id=$(flux submit -N64 -n64 sleep 300) &&
+	flux job wait-event -t $T -p exec $id shell.start &&
+	flux sdexec usage -t 20 -o json $id >live.json &&
+	jq -e "[.[].ranks[] | select(.running)] | length == 64" live.json &&
+	gather_stats >after.json &&
+	flux exec -r 1 flux module stats sdexec | jq -c ".\"usage-gather\"" >after1.json &&
+	test_debug "cat before.json after.json before1.json after1.json" &&
+	test $(jq -s ".[1].\"live-asked-down\" - .[0].\"live-asked-down\"" before.json after.json) -eq 32 &&
+	test $(jq -s ".[1].\"live-asked-down\" - .[0].\"live-asked-down\"" before1.json after1.json) -eq 31 &&
+	flux cancel $id &&
+	flux job wait-event -t $T $id clean
 '
 test_done

@@ -24,16 +24,19 @@ answered meanwhile goes out from the lookup's reply (``after_usage``), with the 
 Imports no CLI module and nothing of flux.
 """
 
+import errno
 import json
 import os
 import time
 import weakref
 
 from flux_sdexec.containment import cgroups
+from flux_sdexec.core.errors import RequestError
 from flux_sdexec.core.properties import PREFIX
 from flux_sdexec.core.shelljobs import shell_job
 from flux_sdexec.core.states import ProcState
 from flux_sdexec.usage import cgroup_usage
+from flux_sdexec.usage.job_usage import LIVE_WAIT_MAX_S, LIVE_WAIT_S
 from flux_sdexec.usage.oom_log import OomLog
 
 UNKNOWN_PARENT = (
@@ -167,19 +170,59 @@ class Accounting:
         from flux_sdexec.broker.messages import payload_of  # flux's: not in the unit tier
 
         want = payload_of(msg, "usage").get("jobid")
-        procs = []
+        procs = [self._now(p, acct) for p, acct in self._accounts(want)]
+        self.responder.respond(msg, {"rank": self.rank, "host": self.host, "procs": procs})
+
+    def answer_live(self, msg):
+        """``sdexec.usage-live {"jobid": f58plain, "wait"?: seconds}``: the rows of the job's
+        ranks under this broker in the overlay, this rank's read now, the others asked down
+        the tree (``JobUsage.gather_live``): ``{"rows": {rank: row}, "missing": {rank:
+        why}}``, answered once all are in or ``wait`` (default LIVE_WAIT_S) has passed.
+
+        Raises:
+            RequestError: EPROTO, no ``jobid`` string or a ``wait`` not in (0, LIVE_WAIT_MAX_S].
+        """
+        from flux_sdexec.broker.messages import payload_of  # flux's: not in the unit tier
+
+        body = payload_of(msg, "usage-live")
+        plain, wait = body.get("jobid"), body.get("wait", LIVE_WAIT_S)
+        if not isinstance(plain, str) or not isinstance(wait, (int, float)):
+            raise RequestError(errno.EPROTO, "usage-live: jobid (string) is required")
+        if not 0 < wait <= LIVE_WAIT_MAX_S:
+            raise RequestError(errno.EPROTO, f"usage-live: wait must be in (0, {LIVE_WAIT_MAX_S}]")
+        own = {}
+        for p, acct in self._accounts(plain):
+            row = self._now(p, acct)
+            if self.rank not in own or row["running"]:  # the running shell, if any
+                own[self.rank] = dict(row, rank=self.rank, host=self.host)
+
+        def send(rows, missing):
+            body = {
+                "rows": {str(r): row for r, row in rows.items()},
+                "missing": {str(r): why for r, why in missing.items()},
+            }
+            self.responder.respond(msg, body)
+
+        self.jobs.gather_live(plain, own, wait, send)
+
+    def _accounts(self, plain):
+        """``(p, its _Account)`` of the processes with a slice; of job ``plain`` only, unless
+        None."""
         for p in list(self.registry):
             acct = self.accounts.get(p)
-            if acct is None or (want is not None and acct.job != want):
-                continue
-            check = acct.check  # its job's record being looked up: it ended
-            running = acct.usage is None and check is None
-            if acct.usage is not None:
-                rec = acct.usage
-            else:
-                rec = check.read if check else self._record(p, acct.slice)
-            procs.append(rec.live(p.unit.name, acct.job, running))
-        self.responder.respond(msg, {"rank": self.rank, "host": self.host, "procs": procs})
+            if acct is not None and (plain is None or acct.job == plain):
+                yield p, acct
+
+    def _now(self, p, acct):
+        """``p``'s record as ``sdexec.usage`` gives it: kept if read at its exit, else read
+        now (``running`` while it runs)."""
+        check = acct.check  # its job's record being looked up: it ended
+        running = acct.usage is None and check is None
+        if acct.usage is not None:
+            rec = acct.usage
+        else:
+            rec = check.read if check else self._record(p, acct.slice)
+        return rec.live(p.unit.name, acct.job, running)
 
     def close(self):
         """Close /dev/kmsg (at unload)."""

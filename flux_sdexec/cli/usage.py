@@ -2,11 +2,12 @@
 
 A finished job's record is its KVS directory ``sdexec-usage`` (a key per rank), written by
 rank 0's sdexec once every rank's record came up the tree (``usage/job_usage.py``), the
-same record whose totals are the job's memo (``flux jobs -o '{user.sdexec.cpu}'``); a rank
-whose shell still runs is asked (``sdexec.usage``) and answers with figures read now.
-``--watch`` asks the running ranks again every INTERVAL seconds and shows each one's CPU%
-since the last look, until the job's shells have all ended or ^C. Exit status 1 if a job
-has no record.
+same record whose totals are the job's memo (``flux jobs -o '{user.sdexec.cpu}'``). While
+some rank has no record there, the job's running ranks are gathered up the tree
+(``sdexec.usage-live`` to rank 0): each rank's figures read now, a rank that did not answer
+in time marked missing. ``--watch`` gathers them again every INTERVAL seconds and shows
+each rank's CPU% since the last look, until the job's record is complete or ^C. Exit
+status 1 if a job has no record.
 """
 
 import json
@@ -70,16 +71,28 @@ def _ranks(h, jobid):
 
 
 def records(h, jobid, timeout):
-    """Every rank's record of job ``jobid``: kept ones, then live ones for the others."""
+    """Job ``jobid``'s records: ``(records, complete)``, the kept ones (complete: every
+    rank's is) and, for the other ranks, the live ones gathered up the tree now; none when
+    nothing is kept and no rank has a live one (not an sdexec job, or not started)."""
     kept = _kept(h, jobid)
-    missing = [r for r in _ranks(h, jobid) if r not in kept]
-    if missing:
-        plain = jobid.f58plain
-        answers = ask.ask_all(h, "sdexec.usage", missing, {"jobid": plain}, timeout)
-        for rank, a in answers.items():
-            for proc in (a.payload or {}).get("procs", []):
-                kept[rank] = dict(proc, rank=rank, host=a.payload.get("host"))
-    return list(kept.values())
+    others = [r for r in _ranks(h, jobid) if r not in kept]
+    if others:
+        payload = {"jobid": jobid.f58plain, "wait": max(timeout - 1, timeout / 2)}
+        live = ask.ask_all(h, "sdexec.usage-live", [0], payload, timeout)[0]
+        if live.error:
+            why = f"{live.error[1]}"
+            body = {"missing": {str(r): why for r in others}}
+        else:
+            body = live.payload or {"missing": {str(r): "no answer" for r in others}}
+        if not kept and not body.get("rows"):
+            return [], False
+        for rank in others:
+            row = body.get("rows", {}).get(str(rank))
+            if row is not None:
+                kept[rank] = row
+            elif str(rank) in body.get("missing", {}):
+                kept[rank] = {"rank": rank, "missing": body["missing"][str(rank)]}
+    return list(kept.values()), not others
 
 
 def watch(h, args):
@@ -88,7 +101,8 @@ def watch(h, args):
     jobids = [JobID(text) for text in args.jobids]
     before, then, first = {}, time.monotonic(), True
     while True:
-        samples = {j.f58: records(h, j, args.timeout) for j in jobids}
+        looks = {j.f58: records(h, j, args.timeout) for j in jobids}
+        samples = {f58: recs for f58, (recs, _) in looks.items()}
         now = time.monotonic()
         if first and not all(samples.values()):
             none = [f58 for f58, recs in samples.items() if not recs]
@@ -103,9 +117,8 @@ def watch(h, args):
         then, first = now, False
         print(time.strftime("%H:%M:%S"))
         print("\n".join(usagerows.lines(table, watch=True)), flush=True)
-        running = any(r.get("running") for recs in samples.values() for r in recs)
-        if not running and all(samples.values()):  # between the last exit and the record:
-            return 0  # no rank answers, none is written yet: look again
+        if all(complete for _, complete in looks.values()):
+            return 0
         time.sleep(args.interval)
         print()
 
@@ -121,7 +134,7 @@ def run(args):
     table, document = [], {}
     for text in args.jobids:
         jobid = JobID(text)
-        recs = records(h, jobid, args.timeout)
+        recs, _ = records(h, jobid, args.timeout)
         if not recs:
             print(f"flux-sdexec: {text}: no usage record (not an sdexec job?)", file=sys.stderr)
             status = 1

@@ -138,6 +138,10 @@ class SdexecModule(BrokerModule):
     def usage(self, msg):
         self.service.serve(msg, "usage", self.service.accounting.answer, remote_ok=True)
 
+    @request_handler("usage-live")
+    def usage_live(self, msg):
+        self.service.serve(msg, "usage-live", self.service.accounting.answer_live, remote_ok=True)
+
     @request_handler("usage-gather")
     def usage_gather(self, msg):
         self.service.serve(msg, "usage-gather", self.service.gathered, remote_ok=True)

@@ -18,6 +18,11 @@ sdexec) or none came for OWN_WAIT_S. A rank still up is waited for
 went up goes up alone, as a correction. OOM kills of a job shell's unit become a non-fatal
 job exception of type ``oom``, raised by the rank at once.
 
+A running job's rows are gathered the same way on demand (``flux sdexec usage [--watch]``):
+``sdexec.usage-live`` to rank 0 asks each child whose subtree holds a job rank, each of them
+its own, with a shorter wait at each level; every broker answers its parent once with its
+subtree's rows, those of a child that did not answer in time marked missing.
+
 An adopted job shell's record is looked up first (``broker/accounting.py`` says when): one
 found is kept and nothing is sent or raised. Nothing here blocks or raises into the
 caller: a failure is logged. flux only inside the methods that talk to it.
@@ -41,6 +46,10 @@ OWN_WAIT_S = 60.0  # how long this rank's own record is awaited when no shell of
 WAIT_MAX_S = 3600.0  # the longest a rank still up is waited for
 REMEMBERED = 1024  # gatherings ended that are kept for late corrections
 DOWN = ("lost", "offline")  # overlay.health's words for a child that is gone
+LIVE_TOPIC = "sdexec.usage-live"
+LIVE_WAIT_S = 2.0  # how long a live gathering waits for the subtree's rows, by default
+LIVE_WAIT_MAX_S = 60.0  # ... at most
+LIVE_STEP_S = 0.25  # each level down the tree waits this much less than the one above
 
 
 class JobUsage:
@@ -62,8 +71,15 @@ class JobUsage:
         self.jobs = OrderedDict()  # job id -> _Job, oldest first
         self.ended = 0  # how many of them have a complete gathering (_forget_old)
         self.topology = None  # this broker's subtree (overlay.topology), once answered
-        self._waiting_topology = []  # _Jobs whose R is known, waiting for the topology
-        self.counts = {"messages-in": 0, "messages-out": 0, "records-written": 0}
+        self._waiting_topology = []  # what waits for the topology: callables
+        self.live = set()  # the live gatherings not answered yet (their finish callables)
+        self.counts = {
+            "messages-in": 0,
+            "messages-out": 0,
+            "records-written": 0,
+            "live-asked": 0,  # sdexec.usage-live requests this broker answered
+            "live-asked-down": 0,  # ... and sent to its children
+        }
 
     # ---- a shell's record ----
 
@@ -140,6 +156,67 @@ class JobUsage:
             return
         self._offer(jobid, rows, missing, sender)
 
+    # ---- a running job's rows, gathered on demand ----
+
+    def gather_live(self, plain, own, wait, send):
+        """Job ``plain``'s (f58plain) rows under this broker, for ``sdexec.usage-live``:
+        ``own`` ({rank: row}, this rank's, read now), and each child whose subtree holds a
+        job rank asked the same with LIVE_STEP_S less to wait; then ``send(rows, missing)``
+        once, when all have answered or ``wait`` seconds have passed (the job ranks of a
+        child that did not are missing; this rank, a job rank with no shell here, too).
+        Without the job's R (or its lookup failing): this rank's rows alone."""
+        jobid = job_number(plain)
+        self.counts["live-asked"] += 1
+
+        def have_R(exc, R=None):
+            if exc is not None or R is None:
+                send(own, {})
+                return
+            self._with_topology(lambda: self._ask_down(jobid, plain, _ranks(R), own, wait, send))
+
+        self._look_up(f"{_job_dir(jobid)}.R", have_R)
+
+    def _ask_down(self, jobid, plain, ranks, own, wait, send):
+        want = expected_ranks(ranks, self.rank, self.topology)
+        gather = JobGather(jobid, False, want["children"], time.monotonic(), wait)
+        absent = {self.rank: "no job shell runs here"} if want["own"] and not own else {}
+        gather.add(own, absent, None)
+        timer = None
+
+        def finish(expired=False):
+            if finish in self.live:
+                self.live.discard(finish)
+                if timer is not None:
+                    timer.stop()
+                now = time.monotonic()
+                send(*gather.take(max(now, gather.deadline()) if expired else now))
+
+        def answered(future, child):
+            self.pending.discard(future)
+            try:
+                body = future.get() or {}
+                rows = {int(r): dict(row) for r, row in body.get("rows", {}).items()}
+                missing = {int(r): str(why) for r, why in body.get("missing", {}).items()}
+            except (OSError, TypeError, ValueError, AttributeError) as exc:
+                why = f"rank {child}: {getattr(exc, 'strerror', None) or exc}"
+                rows, missing = {}, {r: why for r in gather.children[child]}
+            gather.add(rows, missing, child)
+            if gather.complete:
+                finish()
+
+        self.live.add(finish)
+        if gather.complete:
+            finish()
+            return
+        timer = self.watchers.timer(wait, lambda: finish(expired=True), "usage-live")
+        timer.start()
+        below = {"jobid": plain, "wait": max(wait - LIVE_STEP_S, LIVE_STEP_S)}
+        for child in want["children"]:
+            future = self.h.rpc(LIVE_TOPIC, below, child)
+            self.counts["live-asked-down"] += 1
+            self.pending.add(future)
+            future.then(self.watchers.guard(lambda f, c=child: answered(f, c), LIVE_TOPIC))
+
     # ---- one job's gathering ----
 
     def _job(self, jobid):
@@ -167,10 +244,15 @@ class JobUsage:
         elif R is None:
             self.log.debug(f"usage of job {job.jobid}: no R: its records go on as they come")
         job.ranks = _ranks(R) if R is not None else set()
+        self._with_topology(lambda: self._begin(job))
+
+    def _with_topology(self, then):
+        """``then()`` once this broker's subtree (``overlay.topology``) is known: now, or
+        when it is answered."""
         if self.topology is not None:
-            self._begin(job)
+            then()
             return
-        self._waiting_topology.append(job)
+        self._waiting_topology.append(then)
         if len(self._waiting_topology) == 1:
             self._ask_topology()
 
@@ -183,8 +265,8 @@ class JobUsage:
                 self.log.error(f"overlay.topology: {exc.strerror or exc}: gathering alone")
                 self.topology = {"rank": self.rank, "size": 1, "children": []}
             waiting, self._waiting_topology = self._waiting_topology, []
-            for job in waiting:
-                self._begin(job)
+            for then in waiting:
+                then()
 
         future = self.h.rpc("overlay.topology", {"rank": self.rank})
         self.pending.add(future)
@@ -308,7 +390,8 @@ class JobUsage:
 
     def stats(self):
         """``flux module stats sdexec``'s ``usage-gather``: messages in and out, records
-        written, gatherings waiting, and the most messages one child sent for one job."""
+        written, live gatherings answered and asked of children, gatherings waiting, and the
+        most messages one child sent for one job."""
         gathers = [job.gather for job in self.jobs.values() if job.gather is not None]
         most = max((max(g.received_from.values(), default=0) for g in gathers), default=0)
         waiting = sum(1 for job in self.jobs.values() if not (job.gather and job.gather.complete))
@@ -316,7 +399,10 @@ class JobUsage:
 
     def close(self):
         """Unload: what each gathering holds goes on now (the rest follows as corrections
-        to whoever comes next); futures still out are let go."""
+        to whoever comes next), each live one is answered with what it has; futures still
+        out are let go."""
+        for finish in list(self.live):
+            finish()
         for job in self.jobs.values():
             if job.timer is not None:
                 job.timer.stop()

@@ -333,3 +333,96 @@ def test_only_the_last_remembered_ended_gatherings_are_kept(monkeypatch):
         jobs.shell_ended(plain, f"shell-0-{plain}.service", usage, None)
     assert jobs.passed == [2, 3, 4, 5, 6]
     assert list(jobs.jobs) == [1, 3, 4, 5, 6] and jobs.ended == 4
+
+
+class Future:
+    """A child's answer to ``sdexec.usage-live``, given by the test (``answer``)."""
+
+    def __init__(self, topic, payload, nodeid):
+        self.topic, self.payload, self.nodeid = topic, payload, nodeid
+        self.callback = self.body = self.error = None
+
+    def then(self, callback):
+        self.callback = callback
+
+    def get(self):
+        if self.error is not None:
+            raise self.error
+        return self.body
+
+    def answer(self, body=None, error=None):
+        self.body, self.error = body, error
+        self.callback(self)
+
+
+class LiveTree(JobUsage):
+    """The real ``JobUsage`` of rank 0 over children 1 (with 2 below it) and 3: the job
+    runs on ranks 0-2, its R found at once; what it asks of its children is kept
+    (``asked``), what it answers too (``answers``)."""
+
+    TOPOLOGY = {
+        "rank": 0,
+        "children": [{"rank": 1, "children": [{"rank": 2, "children": []}]}, {"rank": 3}],
+    }
+
+    def __init__(self):
+        super().__init__(self, logging.getLogger("t"), 0, "node0", StubWatchers(), None, ())
+        self.topology = self.TOPOLOGY
+        self.asked, self.answers = [], []
+
+    def rpc(self, topic, payload, nodeid):  # the flux handle's
+        future = Future(topic, payload, nodeid)
+        self.asked.append(future)
+        return future
+
+    def _look_up(self, key, on_reply):
+        on_reply(None, {"execution": {"R_lite": [{"rank": "0-2"}]}})
+
+    def gather(self, own):
+        self.gather_live("f2", own, 2.0, lambda rows, missing: self.answers.append((rows, missing)))
+
+
+ROW = {"cpu_user_s": 1.0, "running": True}
+
+
+def test_a_live_gathering_asks_each_child_with_job_ranks_once_and_answers_once():
+    """Only the child whose subtree holds job ranks is asked, with less time to wait; its
+    answer and this rank's row are the one answer."""
+    tree = LiveTree()
+    tree.gather({0: dict(ROW, rank=0)})
+    assert [(f.topic, f.payload, f.nodeid) for f in tree.asked] == [
+        ("sdexec.usage-live", {"jobid": "f2", "wait": 1.75}, 1)
+    ]
+    assert tree.answers == []
+    tree.asked[0].answer({"rows": {"1": dict(ROW, rank=1), "2": dict(ROW, rank=2)}})
+    assert tree.answers == [({r: dict(ROW, rank=r) for r in (0, 1, 2)}, {})]
+    assert tree.watchers.armed() == [] and tree.live == set()
+
+
+def test_a_child_that_fails_or_stays_silent_has_its_ranks_missing_and_one_answer_goes():
+    """A child's error marks its subtree's job ranks missing with the error; a silent one
+    is marked at the wait's end, and its later answer is not sent again."""
+    tree = LiveTree()
+    tree.gather({0: dict(ROW, rank=0)})
+    tree.asked[0].answer(error=OSError(38, "Function not implemented"))
+    why = "rank 1: Function not implemented"
+    assert tree.answers == [({0: dict(ROW, rank=0)}, {1: why, 2: why})]
+
+    silent = LiveTree()
+    silent.gather({})
+    (timer,) = silent.watchers.armed()
+    assert timer.after == 2.0
+    timer.fire()
+    expired = "no record within 2 s"
+    assert silent.answers == [({}, {0: "no job shell runs here", 1: expired, 2: expired})]
+    silent.asked[0].answer({"rows": {"1": dict(ROW, rank=1)}})
+    assert len(silent.answers) == 1
+
+
+def test_an_unload_answers_the_live_gatherings_with_what_they_have():
+    """close() sends each live gathering's answer once; nothing waits on after it."""
+    tree = LiveTree()
+    tree.gather({0: dict(ROW, rank=0)})
+    tree.close()
+    assert tree.answers == [({0: dict(ROW, rank=0)}, {})]
+    assert tree.watchers.armed() == [] and tree.live == set()
