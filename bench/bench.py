@@ -9,7 +9,9 @@ and 1 (plus sdbus for the C module), measures
   2. stdout throughput of ``flux exec --service sdexec -r 0 cat FILE``, line mode and
      raw mode (``stdout_LINE_BUFFER=false``);
   3. the wall time of 32 and of 200 launches started at once;
-  4. a burst of N jobs (``[exec] service = "sdexec"`` must be configured);
+  4. one job's launch (``flux run -N1 true``, one after another: the job shell's unit has an
+     accounting slice), then a burst of N jobs (``[exec] service = "sdexec"`` must be
+     configured);
   5. the module's CPU seconds (schedstat run time) in each phase, and our module's RSS,
 
 then unloads it and prints a comparison table (``--json``: also the rows, for
@@ -48,6 +50,7 @@ from measure import (
     measure_concurrent,
     list_units,
     measure_burst,
+    measure_job_latency,
 )
 
 
@@ -82,6 +85,8 @@ def bench_module(kind, path, args, broker_pids, digest, round_no):
         for n in (32, 200):
             log(f"{kind}: {n} concurrent launches")
             res[f"conc{n}"] = measure_concurrent(rank0, n)
+        log(f"{kind}: job launch latency ({args.job_warmup} warm-up + {args.job_runs} runs)")
+        res["job_lat"] = measure_job_latency(args.job_runs, args.job_warmup)
         log(f"{kind}: burst of {args.jobs} jobs")
         res["burst"] = measure_burst(tasks, args.jobs, args.burst_timeout)
         # our module is a process of its own; the C module's memory is the broker's
@@ -160,6 +165,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--cat-runs", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--job-runs", type=int, default=20, help="one-job launches (default 20)")
+    ap.add_argument("--job-warmup", type=int, default=3)
     ap.add_argument("--burst-timeout", type=int, default=150)
     ap.add_argument("--order", default="C,ours")
     ap.add_argument("--rounds", type=int, default=1, help="rounds, in ABBA order (default 1)")

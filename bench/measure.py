@@ -39,6 +39,20 @@ def measure_latency(tasks, runs, warmup, service="sdexec"):
     }
 
 
+def measure_job_latency(runs, warmup):
+    """Wall time of one job, ``flux run -N1 true``, one after another: its shell is a unit
+    with an accounting slice (``[sdexec] usage = "jobs"``, the default)."""
+    cmd = ["flux", "run", "-N1", "true"]
+    for _ in range(warmup):
+        run(cmd, timeout=60, stdout=DEVNULL)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        run(cmd, timeout=60, stdout=DEVNULL)
+        times.append(time.perf_counter() - t0)
+    return {"median": statistics.median(times), "p90": percentile(times, 90), "times": times}
+
+
 def file_digest(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:

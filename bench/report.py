@@ -41,6 +41,8 @@ def aggregate(rounds, args):
         "conc32": statistics.median([r["conc32"]["wall"] for r in rounds]),
         "conc200": statistics.median([r["conc200"]["wall"] for r in rounds]),
         "rss_mb": max((r["rss_kb"] or 0) for r in rounds) / 1024 or None,
+        "job_lat": statistics.median([t for r in rounds for t in r["job_lat"]["times"]]),
+        "njob": sum(len(r["job_lat"]["times"]) for r in rounds),
         "jps": statistics.median([r["burst"]["jps"] for r in rounds]),
         "burst_cpu": cpu("burst", n * args.jobs),
         "nlat": len(times),
@@ -126,6 +128,13 @@ def summary(c, o, args, text=False):
         "higher",
     )
     row("cat raw mode (MB/s), both", c["cat_raw_mbs"], o["cat_raw_mbs"], "{:.2f}", "higher")
+    row(
+        f"one job launch, flux run true, median (ms, n={c['njob']})",
+        c["job_lat"] * ms,
+        o["job_lat"] * ms,
+        "{:.1f}",
+        "lower",
+    )
     row(f"burst of {args.jobs} jobs (jobs/s)", c["jps"], o["jps"], "{:.1f}", "higher")
     cpu_rows("burst_cpu", "per job (ranks 0+1)", ms, "ms")
     row("module RSS after the round (MB; C: in the broker)", None, o["rss_mb"], "{:.1f}", "lower")
