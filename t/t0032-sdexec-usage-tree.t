@@ -119,6 +119,22 @@ test_expect_success 'a running job'"'"'s rows are gathered down and up the tree,
 	set -- $before $after &&
 	test $(($4 - $1)) -eq 101 && test $(($5 - $2)) -eq 101 && test $(($6 - $3)) -eq 1
 '
+test_expect_success 'sdexec.usage-live refuses a bad job id or wait with EPROTO and stays up' '
+	live_rpc() {
+		flux python -c "import flux, json, sys
+try:
+    flux.Flux().rpc(\"sdexec.usage-live\", json.loads(sys.argv[1]), 0).get()
+except OSError as e:
+    print(e.errno, e.strerror); sys.exit(1)" "$1"
+	} &&
+	test_must_fail live_rpc "{\"jobid\": \"nojob\"}" >bad1.out &&
+	test_must_fail live_rpc "{\"jobid\": \"$(flux job id --to=f58plain $id4)\", \"wait\": 0}" >bad2.out &&
+	test_debug "cat bad1.out bad2.out" &&
+	grep "^71 .*not an f58plain id" bad1.out &&
+	grep "^71 .*wait must be in" bad2.out &&
+	flux sdexec usage -o json $id4 >still.json &&
+	jq -e "[.[].ranks[] | select(.running)] | length == 3" still.json
+'
 test_expect_success 'the running job is cancelled; its record is complete' '
 	flux cancel $id4 &&
 	flux kvs get --waitcreate $(flux job id --to=kvs $id4).sdexec-usage.2 &&

@@ -33,7 +33,7 @@ import weakref
 from flux_sdexec.containment import cgroups
 from flux_sdexec.core.errors import RequestError
 from flux_sdexec.core.properties import PREFIX
-from flux_sdexec.core.shelljobs import shell_job
+from flux_sdexec.core.shelljobs import is_f58plain, shell_job
 from flux_sdexec.core.states import ProcState
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.usage.job_usage import LIVE_WAIT_MAX_S, LIVE_WAIT_S
@@ -180,14 +180,17 @@ class Accounting:
         why}}``, answered once all are in or ``wait`` (default LIVE_WAIT_S) has passed.
 
         Raises:
-            RequestError: EPROTO, no ``jobid`` string or a ``wait`` not in (0, LIVE_WAIT_MAX_S].
+            RequestError: EPROTO, no f58plain ``jobid`` or a ``wait`` not in
+                (0, LIVE_WAIT_MAX_S].
         """
         from flux_sdexec.broker.messages import payload_of  # flux's: not in the unit tier
 
         body = payload_of(msg, "usage-live")
         plain, wait = body.get("jobid"), body.get("wait", LIVE_WAIT_S)
-        if not isinstance(plain, str) or not isinstance(wait, (int, float)):
-            raise RequestError(errno.EPROTO, "usage-live: jobid (string) is required")
+        if not is_f58plain(plain):
+            raise RequestError(errno.EPROTO, f"usage-live: jobid {plain!r} is not an f58plain id")
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)):
+            raise RequestError(errno.EPROTO, "usage-live: wait must be a number")
         if not 0 < wait <= LIVE_WAIT_MAX_S:
             raise RequestError(errno.EPROTO, f"usage-live: wait must be in (0, {LIVE_WAIT_MAX_S}]")
         own = {}

@@ -80,8 +80,7 @@ def records(h, jobid, timeout):
         payload = {"jobid": jobid.f58plain, "wait": max(timeout - 1, timeout / 2)}
         live = ask.ask_all(h, "sdexec.usage-live", [0], payload, timeout)[0]
         if live.error:
-            why = f"{live.error[1]}"
-            body = {"missing": {str(r): why for r in others}}
+            body = {"missing": {str(r): live.error[1] for r in others}}
         else:
             body = live.payload or {"missing": {str(r): "no answer" for r in others}}
         if not kept and not body.get("rows"):

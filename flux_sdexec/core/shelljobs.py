@@ -8,6 +8,7 @@ import re
 
 # an f58plain job id: "f" then base58 digits (no 0, O, I, l)
 F58_DIGITS = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+_F58PLAIN_RE = re.compile(r"f[1-9A-HJ-NP-Za-km-z]+")
 _SHELL_RE = re.compile(r"(?:imp-)?shell-\d+-f([1-9A-HJ-NP-Za-km-z]+)(?:[-.:]|\Z)")
 
 
@@ -15,6 +16,11 @@ def job_id(name):
     """The job id in a job shell's label or unit name, as f58plain (``f...``), or None."""
     m = _SHELL_RE.match(name or "")
     return f"f{m.group(1)}" if m else None
+
+
+def is_f58plain(text):
+    """Whether ``text`` is a job id in f58plain form (``f`` then base58 digits)."""
+    return isinstance(text, str) and bool(_F58PLAIN_RE.fullmatch(text))
 
 
 def job_number(plain):

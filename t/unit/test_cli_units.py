@@ -3,7 +3,7 @@
 import time
 
 from flux_sdexec.cli import unitrows
-from flux_sdexec.core.shelljobs import job_id
+from flux_sdexec.core.shelljobs import is_f58plain, job_id
 from flux_sdexec.cli.columns import render
 
 
@@ -111,3 +111,10 @@ def test_render_pads_columns_aligns_numbers_right_and_shows_missing_as_dash():
     """Headers ending in > are right-aligned; None or absent values print as -."""
     lines = render((("N>", "n"), ("NAME", "name")), [{"n": 7, "name": "a"}, {"n": 123}])
     assert lines == ["  N NAME", "  7 a", "123 -"]
+
+
+def test_an_f58plain_id_is_f_then_base58_digits_alone():
+    """What sdexec.usage-live takes as a job id: no f58 sign, no 0/O/I/l, nothing around."""
+    assert is_f58plain("f2Xz9") and is_f58plain("fhihGvK")
+    for bad in ("", "f", "2Xz9", "f2Xz0", "fOO", "f2Xz9 ", "ƒ2Xz9", None, 12):
+        assert not is_f58plain(bad), bad
