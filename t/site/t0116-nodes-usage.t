@@ -16,18 +16,20 @@ manager no memory figures: both are then empty).'
 within() {
 	echo "$1 $2 $3" | awk "{d = \$1 - \$2; if (d < 0) d = -d; exit !(d <= \$2 * \$3 / 100)}"
 }
-# /usr/bin/time's "%U %S %M" of each task, after its label: "RANK: USER SYS MAXRSS_KIB"
+# /usr/bin/time's "%U %S %M" of each task, after its label: "RANK: USER SYS MAXRSS_KIB". On
+# stdout: the job shell sends a task's stderr on as it comes (time writes a field at a time),
+# its stdout a line at a time.
 BURN='/usr/bin/time -f "%U %S %M" /usr/bin/python3 -c "
 x = 0
 for i in range(20000000): x += i
-b = bytearray(100 << 20)"'
+b = bytearray(100 << 20)" 2>&1'
 
 for method in bgexec bulk-exec; do
 	test_expect_success "$method: job-exec launches new jobs with it" '
 		site_method $method
 	'
 	test_expect_success "$method: a 3-node job burns CPU; flux jobs -o shows its usage" '
-		guest1 timeout $T flux run -N3 -n3 --label-io sh -c "$BURN" 2>time.out &&
+		guest1 timeout $T flux run -N3 -n3 --label-io sh -c "$BURN" >time.out &&
 		id=$(guest1 flux job last) &&
 		owner flux job wait-event -t $T $id clean &&
 		owner flux jobs -no "{user.sdexec.ranks} {user.sdexec.cpu} {user.sdexec.maxmem}" \
