@@ -8,8 +8,9 @@ import re
 
 # an f58plain job id: "f" then base58 digits (no 0, O, I, l)
 F58_DIGITS = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-_F58PLAIN_RE = re.compile(r"f[1-9A-HJ-NP-Za-km-z]+")
-_SHELL_RE = re.compile(r"(?:imp-)?shell-\d+-f([1-9A-HJ-NP-Za-km-z]+)(?:[-.:]|\Z)")
+_F58 = f"[{F58_DIGITS}]+"
+_F58PLAIN_RE = re.compile(f"f{_F58}")
+_SHELL_RE = re.compile(rf"(?:imp-)?shell-\d+-f({_F58})(?:[-.:]|\Z)")
 
 
 def job_id(name):

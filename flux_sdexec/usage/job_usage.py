@@ -164,17 +164,25 @@ class JobUsage:
         job rank asked the same with LIVE_STEP_S less to wait; then ``send(rows, missing)``
         once, when all have answered or ``wait`` seconds have passed (the job ranks of a
         child that did not are missing; this rank, a job rank with no shell here, too).
-        Without the job's R (or its lookup failing): this rank's rows alone."""
+        Without the job's R (or its lookup failing): this rank's rows alone. The job's
+        ranks already known here (a shell of it started) are not looked up again."""
         jobid = job_number(plain)
         self.counts["live-asked"] += 1
+
+        def have_ranks(ranks):
+            self._with_topology(lambda: self._ask_down(jobid, plain, ranks, own, wait, send))
 
         def have_R(exc, R=None):
             if exc is not None or R is None:
                 send(own, {})
-                return
-            self._with_topology(lambda: self._ask_down(jobid, plain, _ranks(R), own, wait, send))
+            else:
+                have_ranks(_ranks(R))
 
-        self._look_up(f"{_job_dir(jobid)}.R", have_R)
+        known = self.jobs.get(jobid)
+        if known is not None and known.ranks:
+            have_ranks(known.ranks)
+        else:
+            self._look_up(f"{_job_dir(jobid)}.R", have_R)
 
     def _ask_down(self, jobid, plain, ranks, own, wait, send):
         want = expected_ranks(ranks, self.rank, self.topology)
