@@ -5,11 +5,29 @@ its rank is in the job) and one message from each child whose subtree holds a jo
 merged and sent up as ONE message once all are in or the wait is over; what arrives later
 goes up alone as a correction. Rank 0 ends with the job's record (``rows``, one placed
 ``UsageRecord`` JSON per rank, and ``missing``, why a rank has none) and its memo
-(``job_totals``). The adapter owns RPCs, timers and the KVS; this module owns the rules.
-Pure: stdlib only; imports only the core.
+(``job_totals``).
+
+``Gatherings`` holds one broker's gatherings: events in (a shell started or ended, rows came,
+the job's ranks found, a check due, the children's health found), actions out (look the
+ranks up, arm or cancel a job's check, ask the health, send up, write the record and memo,
+raise an ``oom`` exception). While
+some rank has not reported, the children's health is looked at every CHECK_S: a child lost
+or offline has its subtree's job ranks marked missing; this rank's own row too, when no
+shell of the job runs here and one ran (under this sdexec) or none came for OWN_WAIT_S. A
+rank still up is waited for (a job's ranks may end far apart), at most WAIT_MAX_S. The
+adapter (``usage/job_usage.py``) owns RPCs, timers and the KVS; this module owns the rules
+and the ``sdexec.usage-gather`` payload. Pure: stdlib only; imports only the core.
 """
 
-from flux_sdexec.core.usage_record import FIGURES, summed, total
+import dataclasses
+import errno
+from collections import OrderedDict
+from itertools import islice
+from typing import Optional
+
+from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.shelljobs import job_number
+from flux_sdexec.core.usage_record import FIGURES, kvs_dir, summed, total
 from flux_sdexec.core.values import encode_idset
 
 WAIT_S = 30.0  # default bound on waiting for a subtree's rows (seconds)
@@ -192,3 +210,356 @@ def job_totals(rows, missing):
     if absent:
         memo["missing"] = encode_idset(absent)
     return memo
+
+
+# ---- one broker's gatherings: events in, actions out ----
+
+CHECK_S = 5.0  # while a job's gathering waits: how often its children's health is looked at
+OWN_WAIT_S = 60.0  # how long this rank's own record is awaited when no shell of it ran here
+WAIT_MAX_S = 3600.0  # the longest a rank still up is waited for
+REMEMBERED = 1024  # gatherings ended that are kept for late corrections
+DOWN = ("lost", "offline")  # overlay.health's words for a child that is gone
+OOM_TYPE = "oom"  # the type of the job exception raised for OOM kills
+
+
+@dataclasses.dataclass(frozen=True)
+class ShellStarted:
+    """A shell of job ``jobid`` starts on this rank (under this sdexec)."""
+
+    jobid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ShellEnded:
+    """Job ``plain``'s (f58plain) shell ``unit`` ended on this rank having used ``record``
+    (a UsageRecord); ``memory_max``: the unit's MemoryMax, or None."""
+
+    plain: str
+    unit: str
+    record: object
+    memory_max: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RowsCame:
+    """Rows and missing marks of job ``jobid``: this rank's own (``sender`` None) or a
+    child's message (``late``: a correction sent after the child's message went)."""
+
+    jobid: int
+    rows: dict
+    missing: dict
+    sender: Optional[int] = None
+    late: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RanksFound:
+    """Job ``jobid``'s ranks, from its R (empty: no R, or it could not be read), and this
+    broker's subtree (``overlay.topology``)."""
+
+    jobid: int
+    ranks: frozenset
+    topology: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckDue:
+    """CHECK_S passed with job ``jobid``'s ranks awaited."""
+
+    jobid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class HealthFound:
+    """``overlay.health``'s status of each child (``{rank: word}``) for job ``jobid``'s
+    check, and whether a shell of the job still runs on this rank."""
+
+    jobid: int
+    status: dict
+    runs_here: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class LookUpRanks:
+    """Action: look up job ``jobid``'s R and the topology; answer with RanksFound."""
+
+    jobid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmCheck:
+    """Action: (re)arm job ``jobid``'s one check timer; it fires CheckDue."""
+
+    jobid: int
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelCheck:
+    """Action: stop job ``jobid``'s check timer, if armed."""
+
+    jobid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AskHealth:
+    """Action: ask ``overlay.health``; answer with HealthFound."""
+
+    jobid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SendUp:
+    """Action: send ``payload`` (``sdexec.usage-gather``'s) to the parent broker's sdexec."""
+
+    jobid: int
+    payload: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteRecord:
+    """Action (rank 0): put ``entries`` ({key: JSON}) in KVS directory ``directory`` in
+    one commit, then post ``memo`` on job ``jobid`` (None: no memo)."""
+
+    jobid: int
+    directory: str
+    entries: dict
+    memo: Optional[dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class RaiseOom:
+    """Action: raise a non-fatal exception of type OOM_TYPE on job ``jobid``, ``note``
+    saying where and how many tasks the OOM killer took."""
+
+    jobid: int
+    note: str
+
+
+def gather_payload(jobid, rank, rows, missing, late):
+    """``sdexec.usage-gather``'s payload: job ``jobid``'s ``rows`` and ``missing`` marks
+    from broker ``rank`` (``late``: a correction)."""
+    return {
+        "id": jobid,
+        "rank": rank,
+        "rows": {str(r): row for r, row in rows.items()},
+        "missing": {str(r): why for r, why in missing.items()},
+        "late": late,
+    }
+
+
+def parse_gather(body):
+    """The RowsCame of an ``sdexec.usage-gather`` payload.
+
+    Raises:
+        RequestError: EPROTO, a malformed payload.
+    """
+    try:
+        return RowsCame(
+            int(body["id"]),
+            {int(r): dict(row) for r, row in body.get("rows", {}).items()},
+            {int(r): str(why) for r, why in body.get("missing", {}).items()},
+            int(body["rank"]),
+            bool(body.get("late", False)),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise RequestError(errno.EPROTO, f"usage-gather: malformed payload ({exc!r})")
+
+
+def dothex(jobid):
+    """Job id ``jobid`` in the KVS's dotted-hex form (``0000.0012.3400.0000``)."""
+    h = f"{jobid:016x}"
+    return ".".join(h[i : i + 4] for i in range(0, 16, 4))
+
+
+class _Job:
+    """One job's gathering here: its ranks once found, the messages that came before,
+    its JobGather once the ranks are known, and what its checks go by."""
+
+    __slots__ = ("ranks", "early", "gather", "armed", "shell_seen", "checks", "ended")
+
+    def __init__(self):
+        self.ranks, self.early, self.gather, self.armed = None, [], None, False
+        self.shell_seen = False  # a shell of the job started here (under this sdexec)
+        self.checks = 0  # health checks made while ranks were awaited
+        self.ended = False  # its gathering is complete (counted in Gatherings.ended)
+
+
+class Gatherings:
+    """Every job's gathering at broker ``rank`` of host ``host``: ``handle(event, now)``
+    returns the actions (the module docstring); ``now`` is the adapter's monotonic clock,
+    in seconds."""
+
+    def __init__(self, rank, host):
+        self.rank, self.host = rank, host
+        self.jobs = OrderedDict()  # job id -> _Job, oldest first
+        self.ended = 0  # how many of them have a complete gathering
+        self.counts = {"messages-in": 0, "messages-out": 0, "records-written": 0}
+
+    def handle(self, event, now):
+        """The actions that ``event`` calls for, in order."""
+        out = []
+        if isinstance(event, ShellEnded):
+            self._shell_ended(event, now, out)
+        elif isinstance(event, ShellStarted):
+            self._job(event.jobid, out).shell_seen = True
+        elif isinstance(event, RowsCame):
+            if event.sender is not None:
+                self.counts["messages-in"] += 1
+            if event.late and event.jobid not in self.jobs:  # a gathering ended long ago
+                self._pass_on(event.jobid, None, event.rows, event.missing, True, out)
+            else:
+                self._offer(event, now, out)
+        elif isinstance(event, RanksFound):
+            job = self.jobs.get(event.jobid)
+            if job is not None and job.gather is None:
+                self._begin(event, job, now, out)
+        elif isinstance(event, CheckDue):
+            if event.jobid in self.jobs:
+                self.jobs[event.jobid].armed = False
+                out.append(AskHealth(event.jobid))
+        elif isinstance(event, HealthFound):
+            job = self.jobs.get(event.jobid)
+            if job is not None and job.gather is not None:
+                self._checked(event, job, now, out)
+        else:
+            raise TypeError(f"not a gathering event: {event!r}")
+        return out
+
+    def unloading(self):
+        """Unload: what each gathering holds goes on now (the rest follows as corrections
+        to whoever comes next); every check timer is cancelled."""
+        out = []
+        for jobid, job in self.jobs.items():
+            if job.armed:
+                out.append(CancelCheck(jobid))
+            if job.gather is not None and not job.gather.sent:
+                rows, missing = job.gather.rows, job.gather.missing
+            elif job.gather is None:
+                rows, missing = {}, {}
+                for early in job.early:
+                    rows.update(early.rows)
+                    missing.update(early.missing)
+            else:
+                continue
+            if rows or missing:
+                self._pass_on(jobid, job.gather, rows, missing, False, out)
+        return out
+
+    def ranks_of(self, jobid):
+        """Job ``jobid``'s ranks if found here, else None."""
+        job = self.jobs.get(jobid)
+        return job.ranks if job is not None and job.ranks else None
+
+    def stats(self):
+        """Messages in and out, records written, gatherings waiting, and the most
+        messages one child sent for one job."""
+        gathers = [job.gather for job in self.jobs.values() if job.gather is not None]
+        most = max((max(g.received_from.values(), default=0) for g in gathers), default=0)
+        waiting = sum(1 for job in self.jobs.values() if not (job.gather and job.gather.complete))
+        return dict(self.counts, waiting=waiting, **{"most-from-one-child": most})
+
+    def _shell_ended(self, ended, now, out):
+        """This rank's row into the job's gathering; an OOM exception if it counts kills."""
+        jobid, record = job_number(ended.plain), ended.record
+        row = record.placed(self.rank, self.host, ended.unit)
+        self._offer(RowsCame(jobid, {self.rank: row}, {}), now, out)
+        if record.oom_kills:
+            limit = f"MemoryMax={ended.memory_max}" if ended.memory_max else "no MemoryMax set"
+            note = (
+                f"rank {self.rank} ({self.host}): {record.oom_kills} task(s) killed by the OOM "
+                f"killer, {limit}"
+            )
+            out.append(RaiseOom(jobid, note))
+
+    def _offer(self, came, now, out):
+        """Rows into the job's gathering, or kept until its ranks are known."""
+        job = self._job(came.jobid, out)
+        if job.gather is None:
+            job.early.append(came)
+        else:
+            job.gather.add(came.rows, came.missing, came.sender)
+            self._advance(came.jobid, job, now, out)
+
+    def _job(self, jobid, out):
+        """Job ``jobid``'s gathering, begun (its ranks asked for) if new."""
+        job = self.jobs.get(jobid)
+        if job is None:
+            job = self.jobs[jobid] = _Job()
+            self._forget_old()
+            out.append(LookUpRanks(jobid))
+        return job
+
+    def _begin(self, found, job, now, out):
+        """The ranks are known: gather what they say; none (no R): each message goes on
+        as it comes."""
+        job.ranks = set(found.ranks)
+        want = expected_ranks(job.ranks, self.rank, found.topology)
+        own = want["own"] or not job.ranks
+        job.gather = JobGather(found.jobid, own, want["children"], now, WAIT_MAX_S, rank=self.rank)
+        early, job.early = job.early, []
+        for came in early:
+            job.gather.add(came.rows, came.missing, came.sender)
+        if not job.ranks:
+            job.gather.add({}, {}, None)  # nothing to wait for
+        self._advance(found.jobid, job, now, out)
+
+    def _checked(self, health, job, now, out):
+        """Mark the ranks of children that are down, and this rank's own if no shell of
+        the job runs here (one ran, or none came for OWN_WAIT_S), missing."""
+        own, children = job.gather.awaited()
+        for child in children:
+            word = health.status.get(child)
+            if word in DOWN:
+                why = f"rank {child} {word}"
+                job.gather.add({}, {r: why for r in job.gather.children[child]}, child)
+        job.checks += 1
+        slow = job.checks * CHECK_S >= OWN_WAIT_S  # its shell may never start here
+        if own and not health.runs_here and (job.shell_seen or slow):
+            job.gather.add({}, {self.rank: "no job shell ended on this rank"}, None)
+        self._advance(health.jobid, job, now, out)
+
+    def _advance(self, jobid, job, now, out):
+        """Pass on what is due; else check the children's health in CHECK_S."""
+        if not job.ended and job.gather.complete:  # after every add: complete stays so
+            job.ended = True
+            self.ended += 1
+        if job.gather.due(now):
+            late = job.gather.sent
+            rows, missing = job.gather.take(now)
+            if rows or missing:
+                self._pass_on(jobid, job.gather, rows, missing, late, out)
+            if job.armed:
+                job.armed = False
+                out.append(CancelCheck(jobid))
+        else:
+            job.armed = True
+            out.append(ArmCheck(jobid, CHECK_S))
+
+    def _pass_on(self, jobid, gather, rows, missing, late, out):
+        """Up to the parent's sdexec, or written at rank 0: the rows and marks new since
+        the last write, then the job's totals as its memo (a memo's null deletes a key:
+        ``missing`` once none is); a correction of a gathering forgotten here has none."""
+        if self.rank != 0:
+            self.counts["messages-out"] += 1
+            out.append(SendUp(jobid, gather_payload(jobid, self.rank, rows, missing, late)))
+            return
+        entries = {str(rank): row for rank, row in rows.items()}
+        entries.update({str(rank): {"rank": rank, "missing": why} for rank, why in missing.items()})
+        memo = None
+        if gather is not None:
+            totals = dict(job_totals(gather.rows, gather.missing))
+            totals.setdefault("missing", None)
+            memo = {"sdexec": totals}
+        self.counts["records-written"] += 1
+        out.append(WriteRecord(jobid, kvs_dir(dothex(jobid)), entries, memo))
+
+    def _forget_old(self):
+        """Keep at most REMEMBERED gatherings that ended (the oldest go first): counted,
+        not looked for, so a new job does not walk the REMEMBERED kept."""
+        excess = self.ended - REMEMBERED
+        if excess > 0:
+            old = list(islice((j for j, job in self.jobs.items() if job.ended), excess))
+            for jobid in old:
+                del self.jobs[jobid]
+            self.ended -= len(old)

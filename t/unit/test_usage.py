@@ -18,7 +18,7 @@ from flux_sdexec.containment import cgroups
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.core.registry import Registry
 from flux_sdexec.core.usage_record import FIGURES, UsageRecord
-from flux_sdexec.usage import job_usage
+from flux_sdexec.core import usage_gather
 from flux_sdexec.usage.job_usage import JobUsage
 from stubs import StubWatchers
 
@@ -69,8 +69,8 @@ class Proc:
 
 class Jobs(JobUsage):
     """The real ``JobUsage`` with the flux side of its own: it records the records handed
-    to the job's gathering (JSON) and holds its lookups until answered, as a KVS future
-    would be."""
+    to the job's gathering (JSON, from each ShellEnded) and holds its lookups until
+    answered, as a KVS future would be."""
 
     def __init__(self):
         super().__init__(None, logging.getLogger("t"), 0, "node0", None, None, ())
@@ -81,8 +81,8 @@ class Jobs(JobUsage):
     def shell_started(self, plain):
         self.started.append(plain)
 
-    def _ended(self, plain, unit, usage, memory_max):
-        self.commits.append(usage.to_json())
+    def _handle(self, event):
+        self.commits.append(event.record.to_json())
 
     def _look_up(self, key, on_reply):
         self.sent.append((key, on_reply))
@@ -305,34 +305,24 @@ def test_an_adopted_unit_keeps_the_slice_systemd_says_it_is_in(tmp_path):
     assert acc.slices([old]) == set()
 
 
-class Gathering(JobUsage):
-    """The real ``JobUsage`` of the one broker of an instance: a job's R (on rank 0) found
-    at once, each job's record handed on as it is complete (``passed``)."""
-
-    def __init__(self):
-        super().__init__(None, logging.getLogger("t"), 0, "node0", StubWatchers(), None, ())
-        self.topology = {"rank": 0, "size": 1, "children": []}
-        self.passed = []
-
-    def _look_up(self, key, on_reply):
-        on_reply(None, {"execution": {"R_lite": [{"rank": "0"}]}})
-
-    def _pass_on(self, job, rows, missing, late=False):
-        self.passed.append(job.jobid)
-
-
 def test_only_the_last_remembered_ended_gatherings_are_kept(monkeypatch):
     """A new job lets the oldest ended gatherings go past REMEMBERED; one still waiting
-    for its record stays, however old."""
-    monkeypatch.setattr(job_usage, "REMEMBERED", 3)
-    jobs = Gathering()
+    for its record stays, however old. The one broker of an instance writes each job's
+    record as it is complete."""
+    monkeypatch.setattr(usage_gather, "REMEMBERED", 3)
+    gatherings = usage_gather.Gatherings(0, "node0")
+    alone = {"rank": 0, "size": 1, "children": []}
     usage = UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0)
-    jobs.shell_started("f2")  # job 1: its shell runs on
-    for plain in ("f3", "f4", "f5", "f6", "f7"):  # jobs 2-6: each shell ends
-        jobs.shell_started(plain)
-        jobs.shell_ended(plain, f"shell-0-{plain}.service", usage, None)
-    assert jobs.passed == [2, 3, 4, 5, 6]
-    assert list(jobs.jobs) == [1, 3, 4, 5, 6] and jobs.ended == 4
+    written = []
+    for n, plain in enumerate(("f2", "f3", "f4", "f5", "f6", "f7"), start=1):
+        gatherings.handle(usage_gather.ShellStarted(n), 0.0)
+        gatherings.handle(usage_gather.RanksFound(n, frozenset({0}), alone), 0.0)
+        if n > 1:  # jobs 2-6: each shell ends; job 1's runs on
+            ended = usage_gather.ShellEnded(plain, f"shell-0-{plain}.service", usage)
+            actions = gatherings.handle(ended, 0.0)
+            written += [a.jobid for a in actions if isinstance(a, usage_gather.WriteRecord)]
+    assert written == [2, 3, 4, 5, 6]
+    assert list(gatherings.jobs) == [1, 3, 4, 5, 6] and gatherings.ended == 4
 
 
 class Future:

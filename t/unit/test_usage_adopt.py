@@ -6,8 +6,9 @@ adopts the finished unit; reading the slice again gives nulls (it is gone), or a
 crash the same figures with the OOM kills counted again. So an adopted job shell's record is
 looked up in the job's KVS directory first (asynchronously: ``Jobs`` holds the lookups
 until answered) and written only when it is not there. No flux, no systemd: the write to
-the job (``JobUsage._ended``, which also raises the ``oom`` exception) is recorded. The
-usage a process has is what a wait answer would carry (``after_usage``).
+the job (the ShellEnded that ``JobUsage`` hands its gatherings, which also raises the
+``oom`` exception) is recorded. The usage a process has is what a wait answer would carry
+(``after_usage``).
 """
 
 import errno

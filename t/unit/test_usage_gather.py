@@ -1,17 +1,37 @@
 """Gathering a job's usage rows up the TBON (core/usage_gather.py): who waits for whom, one
-message per child per job, duplicates, the wait, late corrections and the job's memo.
+message per child per job, duplicates, the wait, late corrections and the job's memo; one
+broker's Gatherings as events in, actions out.
 
 Topologies are flux's ``kary:k`` trees (rank r's children are k*r+1 .. k*r+k) in the
 ``overlay.topology`` shape; rows are placed ``UsageRecord`` JSON. No clock: times are passed in.
 """
 
+import errno
+
 import pytest
 
+from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.shelljobs import job_number
 from flux_sdexec.core.usage_gather import (
+    CHECK_S,
     WAIT_S,
+    ArmCheck,
+    AskHealth,
+    CancelCheck,
+    CheckDue,
+    Gatherings,
+    HealthFound,
     JobGather,
+    LookUpRanks,
+    RaiseOom,
+    RanksFound,
+    SendUp,
+    ShellEnded,
+    ShellStarted,
+    dothex,
     expected_ranks,
     job_totals,
+    parse_gather,
     subtree_ranks,
 )
 from flux_sdexec.core.usage_record import UsageRecord
@@ -315,3 +335,121 @@ def test_job_totals_without_missing_ranks_has_no_missing_key_and_null_figures():
 def test_job_totals_of_no_rows_at_all():
     """Every rank missing: no figure, the idset of them all."""
     assert job_totals({}, {0: "x", 1: "x"}) == dict(NO_FIGURES, ranks=0, missing="0-1")
+
+
+# one broker's gatherings: events in, actions out
+
+TREE7 = kary(7, 2)
+UNIT1 = "shell-1-fA1.service"
+
+
+def record(cpu=1.0, oom=0):
+    return UsageRecord(cpu, cpu / 4, 100, 2, oom, 3.0, "success", 0)
+
+
+def started_at(rank, job_ranks, now=0.0):
+    """Broker ``rank``'s Gatherings with job ``fA1``'s shell started and its ranks found;
+    the actions of both steps."""
+    g = Gatherings(rank, f"n{rank}")
+    jobid = job_number("fA1")
+    actions = g.handle(ShellStarted(jobid), now)
+    actions += g.handle(RanksFound(jobid, frozenset(job_ranks), nodes(TREE7)[rank]), now)
+    return g, jobid, actions
+
+
+def of(kind, actions):
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def test_a_new_job_s_ranks_are_looked_up_once_and_rows_before_them_wait():
+    """The first event of a job asks for its ranks; a row that comes before they are
+    found is merged once they are."""
+    g = Gatherings(1, "n1")
+    jobid = job_number("fA1")
+    assert g.handle(ShellStarted(jobid), 0.0) == [LookUpRanks(jobid)]
+    assert g.handle(ShellEnded("fA1", UNIT1, record()), 0.0) == []
+    actions = g.handle(RanksFound(jobid, frozenset({1}), nodes(TREE7)[1]), 0.0)
+    (sent,) = of(SendUp, actions)
+    assert sent.payload == {
+        "id": jobid,
+        "rank": 1,
+        "rows": {"1": record().placed(1, "n1", UNIT1)},
+        "missing": {},
+        "late": False,
+    }
+    assert g.stats()["messages-out"] == 1
+
+
+def test_a_broker_waits_for_its_children_then_sends_one_message():
+    """Rank 1 of a job on ranks 1, 3, 4 sends up once its row and both children's came;
+    until then each event re-arms the job's check."""
+    g, jobid, _ = started_at(1, {1, 3, 4})
+    assert g.handle(ShellEnded("fA1", UNIT1, record()), 1.0) == [ArmCheck(jobid, CHECK_S)]
+    assert g.handle(parse_gather({"id": jobid, "rank": 3, "rows": {"3": row(3)}}), 2.0) == [
+        ArmCheck(jobid, CHECK_S)
+    ]
+    actions = g.handle(parse_gather({"id": jobid, "rank": 4, "rows": {"4": row(4)}}), 3.0)
+    assert [type(a) for a in actions] == [SendUp, CancelCheck]
+    assert sorted(actions[0].payload["rows"]) == ["1", "3", "4"]
+    assert g.stats()["most-from-one-child"] == 1 and g.stats()["waiting"] == 0
+
+
+def test_rank_0_writes_the_record_in_one_directory_and_the_job_s_totals_as_memo():
+    g, jobid, _ = started_at(0, {0})
+    unit = "shell-0-fA1.service"
+    write, cancel = g.handle(ShellEnded("fA1", unit, record(cpu=2.0)), 0.0)
+    assert cancel == CancelCheck(jobid)
+    assert write.directory == f"job.{dothex(jobid)}.sdexec-usage"
+    assert write.entries == {"0": record(cpu=2.0).placed(0, "n0", unit)}
+    assert write.memo["sdexec"]["cpu"] == 2.5 and write.memo["sdexec"]["missing"] is None
+
+
+def test_oom_kills_raise_an_exception_naming_the_rank_and_the_limit():
+    g, jobid, _ = started_at(1, {1})
+    actions = g.handle(ShellEnded("fA1", UNIT1, record(oom=2), "1G"), 0.0)
+    (oom,) = of(RaiseOom, actions)
+    assert oom == RaiseOom(jobid, "rank 1 (n1): 2 task(s) killed by the OOM killer, MemoryMax=1G")
+
+
+def test_a_check_marks_a_lost_child_s_ranks_and_an_ended_shell_s_own_row_missing():
+    """At a check, child 3 lost: its job rank is missing; child 4 up is waited for. This
+    rank's shell ran and runs no more without a record (its sdexec was reloaded): its own
+    row is missing too."""
+    g, jobid, _ = started_at(1, {1, 3, 4})
+    g.handle(parse_gather({"id": jobid, "rank": 4, "rows": {"4": row(4)}}), 0.0)
+    assert g.handle(CheckDue(jobid), CHECK_S) == [AskHealth(jobid)]
+    actions = g.handle(HealthFound(jobid, {3: "lost", 4: "full"}, False), CHECK_S)
+    (sent,) = of(SendUp, actions)
+    assert sent.payload["missing"] == {"1": "no job shell ended on this rank", "3": "rank 3 lost"}
+    assert sent.payload["rows"] == {"4": row(4)}
+
+
+def test_a_shell_still_running_here_is_waited_for_at_a_check():
+    g, jobid, _ = started_at(1, {1})
+    g.handle(CheckDue(jobid), CHECK_S)
+    assert g.handle(HealthFound(jobid, {}, True), CHECK_S) == [ArmCheck(jobid, CHECK_S)]
+
+
+def test_a_late_correction_of_a_job_forgotten_at_rank_0_is_written_without_memo():
+    g = Gatherings(0, "n0")
+    came = parse_gather({"id": 7, "rank": 1, "rows": {"3": row(3)}, "late": True})
+    (write,) = g.handle(came, 0.0)
+    assert write.entries == {"3": row(3)} and write.memo is None
+
+
+def test_an_unload_passes_on_what_each_gathering_holds_and_cancels_its_check():
+    g, jobid, _ = started_at(1, {1, 3})
+    g.handle(ShellEnded("fA1", UNIT1, record()), 0.0)
+    actions = g.unloading()
+    assert [type(a) for a in actions] == [CancelCheck, SendUp]
+    assert actions[1].payload["rows"] == {"1": record().placed(1, "n1", UNIT1)}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"id": "x", "rank": 1}, {"id": 1, "rank": 2, "rows": {"a": {}}}, {"id": 1, "rank": None}],
+)
+def test_a_malformed_gather_payload_is_eproto(body):
+    with pytest.raises(RequestError) as info:
+        parse_gather(body)
+    assert info.value.errno == errno.EPROTO
