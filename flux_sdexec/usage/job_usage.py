@@ -123,6 +123,7 @@ class JobUsage:
             self._perform(action)
 
     def _perform(self, action):
+        """One action of the gatherings: its RPC, KVS commit, memo or timer."""
         if isinstance(action, core.WriteRecord):
             self._write(action)
         elif isinstance(action, core.SendUp):
