@@ -27,11 +27,12 @@ Imports no CLI module and nothing of flux.
 import errno
 import json
 import os
+import posixpath
 import time
 import weakref
 
 from flux_sdexec.containment import cgroups
-from flux_sdexec.core.errors import RequestError
+from flux_sdexec.core.errors import RequestError, UnitError
 from flux_sdexec.core.properties import PREFIX
 from flux_sdexec.core.shelljobs import is_f58plain, shell_job
 from flux_sdexec.core.states import ProcState
@@ -135,11 +136,40 @@ class Accounting:
                 going = p.unit.gone or p.calls.stop_sent or p.calls.reset_sent or swept
                 if going and not acct.stopped:
                     acct.stopped = True
-                    cgroup_usage.stop_slice(self.bridge, self.sweeper, acct.slice)
+                    self.stop_slice(acct.slice)
             if self.parent is None and p.unit.pid and not p.unit.finished:
-                self.parent = cgroup_usage.slices_parent(self.proc, p.unit.pid, p.unit.name)
+                self.parent = self._slices_parent(p.unit.pid, p.unit.name)
         except Exception as exc:  # never in the way of the exec's own answers
             self.log.error(f"{p.unit.name}: usage: {exc!r}")
+
+    def stop_slice(self, name):
+        """Stop accounting slice ``name``; a stop that did not go through (lost to a
+        manager reexec, not answered) hands the slice to the sweeper, which stops it until
+        systemd lets go."""
+
+        def on_reply(exc):
+            if exc is not None and exc.errno != errno.ENOENT:
+                self.sweeper.sweep(name, f"stop: {exc}")
+
+        try:
+            self.bridge.stop_unit(name, on_reply=on_reply)
+        except UnitError as exc:
+            on_reply(exc)
+
+    def _slices_parent(self, pid, unit):
+        """The cgroup path the accounting slices sit in (``app-sdexec.slice``'s), from where
+        process ``pid`` of ``unit`` (which runs in one) is; None when the process is gone
+        already (the next unit tells) or in no cgroup of the unit."""
+        try:
+            with open(f"{self.proc}/{pid}/cgroup") as f:
+                paths = cgroups.parse_proc_cgroup(f.read())
+        except OSError:
+            return None
+        for hierarchy in (cgroups.V2, "name=systemd"):
+            own = cgroups.unit_dir(paths.get(hierarchy), unit)
+            if own is not None:
+                return posixpath.dirname(posixpath.dirname(own))
+        return None
 
     def after_usage(self, p, send):
         """Call ``send(usage)`` once ``p``'s usage is settled, with its JSON (None when

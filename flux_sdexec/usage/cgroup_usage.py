@@ -12,16 +12,13 @@ cgroup (``oom_kill_slice``), or are ``null`` with the reason, never a made-up nu
 
 ``read(hierarchy, name)`` gives the text of file ``name`` in the slice's cgroup on
 ``hierarchy`` (``"v2"`` or a v1 controller, as in ``cgroups``), None when unreadable.
-The slice files' reads are the caller's; ``slices_parent`` reads /proc/<pid>/cgroup;
-``stop_slice`` goes through the bridge it is given.
+Pure: the slice files' reads are the caller's (``broker.accounting``), as is where the
+slices are and stopping them.
 """
 
-import errno
-import posixpath
 import re
 
-from flux_sdexec.containment.cgroups import LEGACY, V2, parse_proc_cgroup, unit_dir
-from flux_sdexec.core.errors import UnitError
+from flux_sdexec.containment.cgroups import LEGACY, V2
 from flux_sdexec.core.naming import slice_escape, slice_unescape
 from flux_sdexec.core.usage_record import FIGURES, UsageRecord
 
@@ -57,37 +54,6 @@ def slice_unit(name):
     base, sep, token = name[len(SLICE_PREFIX) : -len(".slice")].rpartition("_")
     unit = slice_unescape(base) + ".service"
     return unit if sep and accounting_slice(unit, token) == name else None
-
-
-def slices_parent(proc, pid, unit):
-    """The cgroup path the accounting slices sit in (``app-sdexec.slice``'s), from where
-    process ``pid`` of ``unit`` (which runs in one) is, read under ``proc`` (/proc); None
-    when the process is gone already (the next unit tells) or in no cgroup of the unit."""
-    try:
-        with open(f"{proc}/{pid}/cgroup") as f:
-            paths = parse_proc_cgroup(f.read())
-    except OSError:
-        return None
-    for hierarchy in (V2, "name=systemd"):
-        own = unit_dir(paths.get(hierarchy), unit)
-        if own is not None:
-            return posixpath.dirname(posixpath.dirname(own))
-    return None
-
-
-def stop_slice(bridge, sweeper, name):
-    """Stop accounting slice ``name`` through ``bridge``; a stop that did not go through
-    (lost to a manager reexec, not answered) hands the slice to ``sweeper``, which stops
-    it until systemd lets go."""
-
-    def on_reply(exc):
-        if exc is not None and exc.errno != errno.ENOENT:
-            sweeper.sweep(name, f"stop: {exc}")
-
-    try:
-        bridge.stop_unit(name, on_reply=on_reply)
-    except UnitError as exc:
-        on_reply(exc)
 
 
 def _keyed(text):

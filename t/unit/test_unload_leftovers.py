@@ -27,7 +27,7 @@ from flux_sdexec.broker.accounting import Accounting  # noqa: E402
 from flux_sdexec.systemd import teardown  # noqa: E402
 from flux_sdexec.systemd.keepers import Keepers, keeper_name  # noqa: E402
 from flux_sdexec.config import Settings  # noqa: E402
-from flux_sdexec.usage.cgroup_usage import accounting_slice, stop_slice  # noqa: E402
+from flux_sdexec.usage.cgroup_usage import accounting_slice  # noqa: E402
 from flux_sdexec.core.errors import UnitError  # noqa: E402
 from flux_sdexec.core.naming import UnitNamer  # noqa: E402
 from flux_sdexec.core.registry import Registry  # noqa: E402
@@ -102,7 +102,7 @@ def unload_with_stops_in_flight(monkeypatch, answers):
     monkeypatch.setattr(teardown, "time", Clock())
     bridge = UnloadBridge(answers)
     svc = service(bridge)
-    stop_slice(svc.bridge, svc.sweeper, SLICE)
+    svc.accounting.stop_slice(SLICE)
     svc.keepers.release(UNIT, KEEPER)
     svc.unload(handoff.RUN_STATE)
     return bridge, svc.log
