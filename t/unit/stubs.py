@@ -87,6 +87,19 @@ class StubLog:
         return [text for lv, text in self.lines if lv == level]
 
 
+class StubSweeper:
+    """The sweeper: what was handed to it, in order."""
+
+    def __init__(self):
+        self.swept = []
+
+    def sweep(self, unit, why):
+        self.swept.append(unit)
+
+    def __contains__(self, unit):
+        return unit in self.swept
+
+
 class StubBus:
     def __init__(self):
         self.sends = 0

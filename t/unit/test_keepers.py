@@ -2,7 +2,7 @@
 
 import errno
 
-from stubs import StubBridge, StubBus, StubLog, StubWatchers
+from stubs import StubBridge, StubBus, StubLog, StubSweeper, StubWatchers
 
 from flux_sdexec.systemd.keepers import (
     LOOKS_MAX,
@@ -56,16 +56,8 @@ def test_an_adopted_unit_names_its_keeper_among_its_wants():
     assert keeper_of(unit, {}) is None
 
 
-class Sweeps:
-    def __init__(self):
-        self.swept = []
-
-    def sweep(self, unit, why):
-        self.swept.append(unit)
-
-
 def keepers_on_stubs():
-    bridge, watchers, sweeper, gone = StubBridge(), StubWatchers(), Sweeps(), []
+    bridge, watchers, sweeper, gone = StubBridge(), StubWatchers(), StubSweeper(), []
     k = Keepers(bridge, StubBus(), watchers, sweeper, StubLog(), lambda: 5.0, gone.append)
     return k, bridge, watchers, sweeper, gone
 

@@ -4,10 +4,9 @@
 connection is holds.py's fake sd-bus of test_holds.py."""
 
 import errno
-import types
 
 import fluxpath
-from stubs import StubBridge, StubBus, StubLog, StubWatchers
+from stubs import StubBridge, StubBus, StubLog, StubSweeper, StubWatchers
 
 fluxpath.add()
 
@@ -33,7 +32,7 @@ def test_a_start_waiting_for_the_name_goes_after_the_keeper_s_stop():
         bridge,
         StubBus(),
         StubWatchers(),
-        types.SimpleNamespace(sweep=lambda *a: None),
+        StubSweeper(),
         StubLog(),
         lambda: 5.0,
         ar.gone,
@@ -79,21 +78,19 @@ def wired(monkeypatch):
     releases = Releases(ar.gone)
     holds, world, watchers, _ = on_fake_bus(monkeypatch, on_released=releases.hold_over)
     keepers = Keepers(
-        bridge, StubBus(), StubWatchers(), Sweeps(), StubLog(), lambda: 5.0, releases.keeper_over
+        bridge,
+        StubBus(),
+        StubWatchers(),
+        StubSweeper(),
+        StubLog(),
+        lambda: 5.0,
+        releases.keeper_over,
     )
     releases.holds, releases.keepers = holds, keepers
     holds.hold(UNIT)
     start = Started(releases, bridge)
     ar.wait(UNIT, "msg", "imp-shell-0-fA1", start)
     return releases, holds, world, watchers, bridge, start
-
-
-class Sweeps:
-    def __init__(self):
-        self.swept = []
-
-    def sweep(self, unit, why):
-        self.swept.append(unit)
 
 
 def answer_unref(world, watchers):
@@ -150,7 +147,7 @@ def test_a_unit_with_nothing_to_release_is_free_at_once():
     freed = []
     releases = Releases(freed.append)
     releases.holds = Holds(StubLog(), StubWatchers())
-    releases.keepers = types.SimpleNamespace()  # never asked: no keeper
+    releases.keepers = object()  # never asked (any use raises): no keeper
     releases.release(UNIT, None)
     assert freed == [UNIT] and not releases.pending(UNIT)
 

@@ -5,6 +5,7 @@ import errno
 import types
 
 import pytest
+from stubs import StubSweeper
 from test_usage import SLICE, UNIT, Proc, accounting, tree
 
 from flux_sdexec.containment import cgroups
@@ -22,17 +23,6 @@ class Stops:
         on_reply(self.answer)
 
 
-class Sweeps:
-    def __init__(self):
-        self.swept = []
-
-    def sweep(self, unit, why):
-        self.swept.append(unit)
-
-    def __contains__(self, unit):
-        return unit in self.swept
-
-
 @pytest.mark.parametrize(
     "gone, stop_sent, reset_sent, opts, stopped",
     [
@@ -47,7 +37,7 @@ def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
     tmp_path, gone, stop_sent, reset_sent, opts, stopped
 ):
     bridge = Stops()
-    acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=bridge, sweeper=Sweeps())
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=bridge, sweeper=StubSweeper())
     unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone)
     p = Proc(
         unit=unit,
@@ -85,7 +75,7 @@ def done_proc(acc, gone):
 )
 def test_a_slice_stop_that_did_not_go_through_goes_to_the_sweeper(tmp_path, answer, swept):
     """A stop lost to a manager reexec left the slice running for good (chaos seed 12)."""
-    sweeper = Sweeps()
+    sweeper = StubSweeper()
     acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=Stops(answer), sweeper=sweeper)
     acc.reached(done_proc(acc, gone=True))
     assert sweeper.swept == swept
