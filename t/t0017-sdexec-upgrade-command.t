@@ -30,6 +30,14 @@ pids() {
 scheduling_started() {
 	flux queue status | grep -x "Scheduling is started"
 }
+# no_unit_of_bulk_job ID: nothing systemd has is named after job ID's shell on rank 1 (bulk-exec
+# names its units verbatim, "shell-1-<f58plain>.service": no instance in the name).
+no_unit_of_bulk_job() {
+	_plain=$(flux job id --to=f58plain $1) &&
+	_left=$(systemctl --user list-units --all --plain --no-legend \
+		"shell-1-$_plain.service" "app-sdexec-shell\\x2d1\\x2d${_plain}_*.slice") &&
+	test -z "$_left"
+}
 # job_exec_method M: job-exec is loaded, with method M.
 job_exec_method() {
 	flux module stats job-exec | jq -e ".method == \"$1\""
@@ -143,6 +151,7 @@ test_expect_success '--force goes on, saying which jobs end; job-exec keeps its 
 	grep "upgrade: --force: these jobs will end: $id (bulk-exec)" force.out &&
 	grep "upgrade: jobs ended (--force): $id (bulk-exec)" force.out &&
 	wait_event $id clean &&
+	sdexec_wait_until no_unit_of_bulk_job $id &&
 	flux job eventlog $id | grep "exception type=\"exec\"" &&
 	scheduling_started &&
 	job_exec_method bulk-exec

@@ -119,10 +119,11 @@ class Accounting:
 
     def reached(self, p):
         """``p`` reached its current state (after each input): act on what it passed.
-        Its exit known: read its slice; DONE with a unit that is gone, asked to stop or be
-        reset, or left to the sweeper: stop the slice (a unit let go while active, kept for
-        the next sdexec or abandoned, keeps its slice: the sdexec that stops it later stops
-        the slice); its process seen alive (and not exited: its pid may be another's now):
+        Its exit known: read its slice; DONE with a unit that is gone, stopping, asked to
+        stop or be reset, or left to the sweeper: stop the slice (a unit let go while
+        active, kept for the next sdexec or abandoned, keeps its slice: the sdexec that stops
+        it later stops the slice; a stopping one is sent nothing at unload, and no input
+        comes after); its process seen alive (and not exited: its pid may be another's now):
         learn where slices are."""
         acct = self.accounts.get(p)
         if acct is None:
@@ -133,7 +134,8 @@ class Accounting:
             if p.state is ProcState.DONE:
                 acct.unchecked = False
                 swept = p.unit.name in self.sweeper  # its start unanswered, say
-                going = p.unit.gone or p.calls.stop_sent or p.calls.reset_sent or swept
+                stopping = p.unit.active_state == "deactivating"  # a stop of systemd's, say
+                going = p.unit.gone or stopping or p.calls.stop_sent or p.calls.reset_sent or swept
                 if going and not acct.stopped:
                     acct.stopped = True
                     self.stop_slice(acct.slice)

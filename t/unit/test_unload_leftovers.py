@@ -152,6 +152,24 @@ def test_slices_and_keepers_stopped_at_once_are_not_stopped_again(monkeypatch):
     assert stops(bridge, KEEPER) == [("StopUnit", KEEPER)]
 
 
+def test_the_slice_of_a_unit_on_its_way_out_at_unload_is_stopped(monkeypatch):
+    """t0017's ``flux sdexec upgrade --force`` (a bulk-exec job on rank 1), 2 runs in 4: job-exec's
+    removal had the job shell's unit stopping (deactivating) when sdexec unloaded. Unloading
+    sends such a unit nothing (it is on its way), so no input made it going and its slice
+    stayed for good: bulk-exec names units verbatim, so no later load claims the slice."""
+    monkeypatch.setattr(teardown, "time", Clock())
+    bridge = UnloadBridge()
+    svc = service(bridge)
+    unit = "shell-1-fA1.service"
+    own = accounting_slice(unit, "0a1b2c3d")
+    p = new(unit=unit, adopted=True)
+    p.unit.left_inactive, p.unit.active_state = True, "deactivating"  # it ran, now stopping
+    svc.registry.add(p)
+    svc.accounting.adopted(p, {"Slice": own})
+    svc.unload(handoff.RUN_STATE)
+    assert stops(bridge, own) == [("StopUnit", own)]
+
+
 # ---- the next sdexec's load ----
 
 

@@ -24,21 +24,24 @@ class Stops:
 
 
 @pytest.mark.parametrize(
-    "gone, stop_sent, reset_sent, opts, stopped",
+    "gone, active, stop_sent, reset_sent, opts, stopped",
     [
-        (True, False, False, {}, True),  # the unit went
-        (False, True, False, {}, True),  # sdexec stopped it (a waitable after its wait)
-        (False, False, True, {}, True),  # sdexec reset it
-        (False, False, False, {}, False),  # let go active: kept for the next sdexec, abandoned
-        (True, False, False, {"SDEXEC_PROP_Slice": "x.slice"}, False),  # the client's slice
+        (True, "inactive", False, False, {}, True),  # the unit went
+        (False, "active", True, False, {}, True),  # sdexec stopped it (a waitable, waited)
+        (False, "failed", False, True, {}, True),  # sdexec reset it
+        (False, "deactivating", False, False, {}, True),  # stopping (sent nothing at unload)
+        (False, "active", False, False, {}, False),  # let go active: kept for the next
+        (True, "inactive", False, False, {"SDEXEC_PROP_Slice": "x.slice"}, False),  # client's
     ],
 )
 def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
-    tmp_path, gone, stop_sent, reset_sent, opts, stopped
+    tmp_path, gone, active, stop_sent, reset_sent, opts, stopped
 ):
     bridge = Stops()
     acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=bridge, sweeper=StubSweeper())
-    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone)
+    unit = types.SimpleNamespace(
+        name=UNIT, pid=None, finished=False, gone=gone, active_state=active
+    )
     p = Proc(
         unit=unit,
         cmd=types.SimpleNamespace(opts=opts, label=None),
@@ -54,7 +57,10 @@ def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
 
 def done_proc(acc, gone):
     """A record sdexec is done with, of a unit with an accounting slice (``gone``: seen end)."""
-    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone)
+    active = "inactive" if gone else "active"
+    unit = types.SimpleNamespace(
+        name=UNIT, pid=None, finished=False, gone=gone, active_state=active
+    )
     p = Proc(
         unit=unit,
         cmd=types.SimpleNamespace(opts={}, label=None),
