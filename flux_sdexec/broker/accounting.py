@@ -134,7 +134,7 @@ class Accounting:
             if p.state is ProcState.DONE:
                 acct.unchecked = False
                 swept = p.unit.name in self.sweeper  # its start unanswered, say
-                stopping = p.unit.active_state == "deactivating"  # a stop of systemd's, say
+                stopping = p.unit.active_state == "deactivating"  # a stop under way already
                 going = p.unit.gone or stopping or p.calls.stop_sent or p.calls.reset_sent or swept
                 if going and not acct.stopped:
                     acct.stopped = True
