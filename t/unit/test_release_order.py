@@ -19,6 +19,13 @@ UNIT, KEEPER = "imp-shell-0-fA1-3:tb.service", "imp\\x2dshell\\x2d0\\x2dfA1\\x2d
 NOT_LOADED = UnitError(errno.ENOENT, f"Unit {UNIT} not loaded.")
 
 
+def keepers_on(bridge, on_gone):
+    """Keepers on ``bridge`` and stubs, telling ``on_gone`` of each keeper gone."""
+    return Keepers(
+        bridge, StubBus(), StubWatchers(), StubSweeper(), StubLog(), lambda: 5.0, on_gone
+    )
+
+
 def test_a_start_waiting_for_the_name_goes_after_the_keeper_s_stop():
     """t_keeper_order.py of the review, as a test: feed()'s DONE branch released the hold
     first; a unit never held was released at once, and the start waiting for its name
@@ -28,15 +35,7 @@ def test_a_start_waiting_for_the_name_goes_after_the_keeper_s_stop():
     bridge = StubBridge()
     ar = StartsAfterRelease(lambda msg, verb, f: f(msg), lambda *a: None, lambda m: "client")
     holds = Holds(StubLog(), StubWatchers(), on_released=lambda unit, lost: ar.gone(unit))
-    keepers = Keepers(
-        bridge,
-        StubBus(),
-        StubWatchers(),
-        StubSweeper(),
-        StubLog(),
-        lambda: 5.0,
-        ar.gone,
-    )
+    keepers = keepers_on(bridge, ar.gone)
 
     def start(msg):  # what Requests._start checks before it sends StartTransientUnit
         released = not (holds.releasing(UNIT) or keepers.stopping(UNIT))
@@ -77,15 +76,7 @@ def wired(monkeypatch):
     ar = StartsAfterRelease(lambda msg, verb, f: f(msg), lambda *a: None, lambda m: "client")
     releases = Releases(ar.gone)
     holds, world, watchers, _ = on_fake_bus(monkeypatch, on_released=releases.hold_over)
-    keepers = Keepers(
-        bridge,
-        StubBus(),
-        StubWatchers(),
-        StubSweeper(),
-        StubLog(),
-        lambda: 5.0,
-        releases.keeper_over,
-    )
+    keepers = keepers_on(bridge, releases.keeper_over)
     releases.holds, releases.keepers = holds, keepers
     holds.hold(UNIT)
     start = Started(releases, bridge)
