@@ -11,7 +11,8 @@
 # 200-job burst, unloads it, and prints a table (bench/chart.py draws --json output).
 #
 # Environment: C_MODULE, PY_MODULE (module paths), BENCH_TIMEOUT (seconds for the whole
-# instance, default 330), FILE_MB (size of the cat file, default 20).
+# instance, default 330), FILE_MB (size of the cat file, default 20), USAGE (ours'
+# `[sdexec] usage`: jobs, all or none; unset: the module's default, jobs).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -69,6 +70,10 @@ cat >"$tmp/conf/exec.toml" <<'EOF'
 [exec]
 service = "sdexec"
 EOF
+if [ -n "${USAGE:-}" ]; then
+    printf '[sdexec]\nusage = "%s"\n' "$USAGE" >"$tmp/conf/sdexec.toml"
+    echo "compare.sh: ours with [sdexec] usage = \"$USAGE\""
+fi
 
 # The cat file: FILE_MB MB (10^6 bytes) of 76-character lines (77 bytes with the newline).
 flux python - "$tmp/lines.txt" "$FILE_MB" <<'EOF'
