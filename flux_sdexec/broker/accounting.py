@@ -134,9 +134,8 @@ class Accounting:
             if p.state is ProcState.DONE:
                 acct.unchecked = False
                 swept = p.unit.name in self.sweeper  # its start unanswered, say
-                stopping = p.unit.active_state == "deactivating"  # a stop under way already
-                going = p.unit.gone or stopping or p.calls.stop_sent or p.calls.reset_sent or swept
-                if going and not acct.stopped:
+                sent = p.calls.stop_sent or p.calls.reset_sent
+                if (p.unit.gone or p.unit.stopping or sent or swept) and not acct.stopped:
                     acct.stopped = True
                     self.stop_slice(acct.slice)
             if self.parent is None and p.unit.pid and not p.unit.finished:

@@ -47,7 +47,7 @@ DUE = {
     Phase.EXITED: lambda p: p.unit.finished and p.answers.exec in _NOT_FINISHED,
     Phase.EXEC_FAILED: lambda p: p.unit.exec_failed and p.error is None,
     Phase.OVER: _over,
-    Phase.DEACTIVATING: lambda p: p.unit.active_state == "deactivating"
+    Phase.DEACTIVATING: lambda p: p.unit.stopping
     and p.stop.stage is StopStage.IDLE
     and p.cmd.stop_timer_sec is not None,
     Phase.GONE: lambda p: p.unit.gone,
@@ -104,7 +104,7 @@ def _stop_timer_rule(p, actions):
     """The stop timer runs only while the unit deactivates in an ESCALATING state."""
     if p.stop.stage is StopStage.IDLE:
         return
-    if p.state not in ESCALATING or p.unit.active_state != "deactivating":
+    if p.state not in ESCALATING or not p.unit.stopping:
         p.stop.stage = StopStage.IDLE
         actions.append(CancelTimer())
 

@@ -186,3 +186,8 @@ class Unit:
     def gone(self):
         """systemd has run and stopped the unit: inactive again after leaving inactive."""
         return self.active_state == "inactive" and self.left_inactive
+
+    @property
+    def stopping(self):
+        """systemd is stopping the unit (deactivating): a stop is under way already."""
+        return self.active_state == "deactivating"

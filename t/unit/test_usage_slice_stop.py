@@ -39,9 +39,8 @@ def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
 ):
     bridge = Stops()
     acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=bridge, sweeper=StubSweeper())
-    unit = types.SimpleNamespace(
-        name=UNIT, pid=None, finished=False, gone=gone, active_state=active
-    )
+    stopping = active == "deactivating"
+    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone, stopping=stopping)
     p = Proc(
         unit=unit,
         cmd=types.SimpleNamespace(opts=opts, label=None),
@@ -57,10 +56,7 @@ def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
 
 def done_proc(acc, gone):
     """A record sdexec is done with, of a unit with an accounting slice (``gone``: seen end)."""
-    active = "inactive" if gone else "active"
-    unit = types.SimpleNamespace(
-        name=UNIT, pid=None, finished=False, gone=gone, active_state=active
-    )
+    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone, stopping=False)
     p = Proc(
         unit=unit,
         cmd=types.SimpleNamespace(opts={}, label=None),
