@@ -70,7 +70,7 @@ check-flux:
 		echo "== tier: flux tests (sharness under flux start)"; \
 		scripts/prereqs.sh flux sharness systemd python || exit 1; \
 		eval "$$(t/start-user-systemd.sh)" && cd t && \
-		prove --timer $(addprefix ../,$(SHARNESS_TESTS)); \
+		../scripts/prove.sh $(notdir $(SHARNESS_TESTS)); \
 	fi
 
 # The chaos test (t/chaos/, doc/dev/chaos.md): jobs through sdexec on 2 brokers while systemd,
@@ -186,11 +186,11 @@ check-site:
 		echo "== tier: site tests (system instance owned by flux, real IMP)"; \
 		scripts/prereqs.sh flux sharness systemd || exit 1; \
 		t/site/site.sh up || { t/site/site.sh down; exit 1; }; \
-		(cd t/site && prove --timer $(notdir $(SITE_TESTS))); rc=$$?; \
+		(cd t/site && ../../scripts/prove.sh $(notdir $(SITE_TESTS))); rc=$$?; \
 		t/site/site.sh down; [ $$rc = 0 ] || exit $$rc; \
 		echo "== tier: site tests on $${NODES:-3} nodes (one broker, one systemd each)"; \
 		t/site/nodes.sh up $${NODES:-3} || { t/site/nodes.sh down; exit 1; }; \
-		(cd t/site && prove --timer $(notdir $(SITE_NODE_TESTS))); rc=$$?; \
+		(cd t/site && ../../scripts/prove.sh $(notdir $(SITE_NODE_TESTS))); rc=$$?; \
 		t/site/nodes.sh down; exit $$rc; \
 	fi
 

@@ -68,7 +68,8 @@ for suite in $SUITES; do
         failed=1
         [ "$rc" -eq 124 ] && echo "$suite: timed out after 900 s"
         grep -E '^not ok [0-9]+' "$log" | sed 's/^/    /'
-        echo "    (exit $rc; log: $log)"
+        echo "    (exit $rc; log: $log); the first failure:"
+        "$repo/scripts/first-failure.sh" "$log"
     fi
 done
 [ "$failed" -eq 0 ] && echo "check-upstream: all suites passed or skipped themselves"

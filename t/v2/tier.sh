@@ -30,7 +30,7 @@ part_upstream() {
 }
 
 # suites DIR SCRIPT...: run each sharness SCRIPT of DIR verbosely, its log in results/,
-# and print its counts and the tests that failed; 1 when any failed.
+# and print its counts, the tests that failed and the first failure; 1 when any failed.
 suites() {
     _dir=$1 _rc=0
     shift
@@ -50,7 +50,8 @@ suites() {
         if [ $_trc -ne 0 ] || [ "$_fail" -ne 0 ]; then
             _rc=1
             grep -E '^not ok [0-9]+' "$_log" | sed 's/^/    /'
-            echo "    (exit $_trc; log: $_log)"
+            echo "    (exit $_trc; log: $_log); the first failure:"
+            scripts/first-failure.sh "$_log" "$_dir/trash directory.${_t%.t}/broker.log"
         fi
     done
     return $_rc
