@@ -37,6 +37,7 @@ fi
 
 # The repository root, whatever directory prove was started from.
 SDEXEC_SRCDIR=$(cd "$SHARNESS_TEST_SRCDIR/.." && pwd)
+. "$SDEXEC_SRCDIR/t/lib/test-debug.sh"
 SDEXEC_MODULE=$SDEXEC_SRCDIR/flux_sdexec/modules/sdexec.py
 SDEXEC_MAPPER_MODULE=$SDEXEC_SRCDIR/flux_sdexec/modules/sdexec-mapper.py
 SDEXEC_CONF_TEMPLATE=$SDEXEC_SRCDIR/conf.d/sdexec.toml

@@ -8,6 +8,7 @@ if ! test -r "$SHARNESS"; then
     exit 0
 fi
 . "$SHARNESS"
+. "$SHARNESS_TEST_SRCDIR/../lib/test-debug.sh"
 
 SITE_ENV=${SITE_ENV:-/run/sdexec-site/env}
 if ! test -r "$SITE_ENV"; then
