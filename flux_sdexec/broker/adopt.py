@@ -2,6 +2,11 @@
 
 At load, every unit matching this instance's glob and rank is tracked as an
 SdProc with no exec request; a unit that cannot be adopted is let go (teardown).
+Its properties are read (GetAll, on the rare connection) before its signals are watched:
+over a bus, whose daemon forwards a unit's signals only once its match is in, a unit
+that ended in between would never be seen to end (its job shell's wait never answered,
+the job stuck). So once watched it is read again on the hot connection (CatchUp.read),
+after its match: that answer and the signals that follow it leave no gap.
 Then the accounting slices and keepers of this instance's and rank's unit names that no
 adopted unit uses (their unit gone, their stop lost to a crash or to an unload whose
 stops systemd refused or did not answer) go to the sweeper: they match no unit glob, and
@@ -24,15 +29,15 @@ SLICE_PATTERNS = [f"{cgroup_usage.SLICE_PREFIX}*.slice", "*:*.slice"]
 
 
 def adopt_leftovers(
-    *, log, namer, registry, feed, bridge, bus, holds, keepers, sweeper, accounting, orphans,
-    guard_unit,
+    *, log, namer, registry, feed, bridge, bus, catch_up, holds, keepers, sweeper, accounting,
+    orphans, guard_unit,
 ):  # fmt: skip
     """Track this rank's leftover units (``namer``'s) in ``registry``; returns how many.
 
     The parts the service wires: ``feed(p, input)`` into the state machine, the systemd
-    adapters (``bridge``, ``bus``, ``holds``, ``keepers``, ``sweeper``), ``accounting``
-    (the slice an adopted unit runs in), ``orphans`` (is its job over?), and ``guard_unit``,
-    the guard a handing-over unload left (handoff.py)."""
+    adapters (``bridge``, ``bus``, ``catch_up``, ``holds``, ``keepers``, ``sweeper``),
+    ``accounting`` (the slice an adopted unit runs in), ``orphans`` (is its job over?), and
+    ``guard_unit``, the guard a handing-over unload left (handoff.py)."""
     adopted = 0
     handed = guard.handed_timers(bridge, log, guard_unit)  # the stop timers (handoff.py)
     for unit, _, _ in bridge.list_units([namer.glob]):
@@ -67,6 +72,7 @@ def adopt_leftovers(
             start_usec = props.get("ExecMainStartTimestamp")
             p.unit.started_at = start_usec / 1e6 if start_usec else None
             feed(p, UnitChanged(props, reread=True))  # its history before is unknown
+            catch_up.read(p)  # what changed before its match went in (the docstring)
             orphans.consider(p)  # its job may be over: no job-exec may ask for it
             adopted += 1
             log.info(f"adopted {unit} ({p.unit.state}, pid {p.pid})")

@@ -52,9 +52,10 @@ class CatchUp:
     def catch_up(self):
         self.calls.reconnected()
         for p in list(self.registry):
-            self._read(p)
+            self.read(p)
 
-    def _read(self, p):
+    def read(self, p):
+        """Read ``p``'s unit on the hot connection and feed what it says (``_got``)."""
         try:
             self.bridge.read_unit(p.unit.name, lambda *a: self._got(p, *a), self.deadline())
         except UnitError as exc:  # lost again: the next reconnect reads it
@@ -67,7 +68,7 @@ class CatchUp:
         if exc is not None:
             if exc.errno == errno.ETIMEDOUT:
                 self.log.warning(f"{unit}: catch-up: no answer within the deadline, again")
-                self._read(p)
+                self.read(p)
             elif exc.errno != errno.ECONNRESET:
                 self.log.error(f"{unit}: catch-up: {exc}")
             return

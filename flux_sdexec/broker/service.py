@@ -166,7 +166,7 @@ class SdexecService:
         # the units an earlier sdexec left, then the guard that held them goes
         self.adopted = adopt.adopt_leftovers(
             log=log, namer=namer, registry=registry, feed=self.feed, bridge=bridge, bus=bus,
-            holds=self.holds, keepers=self.keepers, sweeper=sweeper,
+            catch_up=self.catch_up, holds=self.holds, keepers=self.keepers, sweeper=sweeper,
             accounting=self.accounting, orphans=self.orphans, guard_unit=self.guard,
         )  # fmt: skip
         guard.stop(bridge, log, self.guard)  # after: it holds units that ended
