@@ -16,7 +16,8 @@ logs=$PWD/test-logs
     [ $rc -eq 0 ] && exit 0
     for failed in "$logs"/*.failed; do
         [ -e "$failed" ] || continue
-        name=$(basename "$failed" .failed) log=$logs/$(basename "$failed" .failed).log
+        name=$(basename "$failed" .failed)
+        log=$logs/$name.log
         echo "== $name failed (exit $(cat "$failed"); log: $log)"
         if grep -q -E '^not ok [0-9]+' "$log"; then
             "$(dirname "$0")/first-failure.sh" "$log" "$PWD/trash directory.$name/broker.log"
