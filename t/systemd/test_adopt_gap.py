@@ -13,6 +13,7 @@ connection that watched the unit all along). The adopting connection must then l
 exit, within a bound.
 """
 
+import logging
 import select
 import time
 import uuid
@@ -26,14 +27,7 @@ from flux_sdexec.core.naming import UnitNamer
 from flux_sdexec.core.registry import Registry
 
 BOUND = 5.0  # seconds for the adopting connection to learn the exit
-
-
-class Log:
-    def __init__(self):
-        self.lines = []
-
-    def __getattr__(self, level):
-        return lambda text: self.lines.append((level, text))
+LOG = logging.getLogger("test")  # as test_guard.py: pytest shows its records on a failure
 
 
 class Parts:
@@ -90,7 +84,7 @@ def test_a_unit_ending_as_it_is_adopted_is_seen_to_end(shared_pair):
 
     adopter.bridge.get_unit_properties = read_then_end
     fed = []
-    registry, parts, log = Registry(), Parts(), Log()
+    registry, parts, log = Registry(), Parts(), LOG
 
     def feed(p, event):
         fed.append(event)
@@ -112,4 +106,4 @@ def test_a_unit_ending_as_it_is_adopted_is_seen_to_end(shared_pair):
     while not learned() and time.monotonic() < deadline:
         select.select([adopter.bridge], [], [], deadline - time.monotonic())
         adopter.bridge.pump()
-    assert learned(), f"{unit}: its exit never reached the adopting sdexec ({log.lines})"
+    assert learned(), f"{unit}: its exit never reached the adopting sdexec"
