@@ -1,22 +1,30 @@
 """Gathering a job's usage rows up the TBON: what each broker waits for, merges and sends.
 
 Each broker with a job rank in its subtree keeps one ``JobGather`` per job: its own row (if
-its rank is in the job) and one message from each child whose subtree holds a job rank,
-merged and sent up as ONE message once all are in or the wait is over; what arrives later
-goes up alone as a correction. Rank 0 ends with the job's record (``rows``, one placed
-``UsageRecord`` JSON per rank, and ``missing``, why a rank has none) and its memo
-(``job_totals``).
+its rank is in the job) and what each child whose subtree holds a job rank sends, merged and
+sent up as ONE message once every job rank below has a row or a mark, or the wait is over;
+what arrives later goes up alone as a correction. Rank 0 ends with the job's record
+(``rows``, one placed ``UsageRecord`` JSON per rank, and ``missing``, why a rank has none)
+and its memo (``job_totals``).
 
 ``Gatherings`` holds one broker's gatherings: events in (a shell started or ended, rows came,
-the job's ranks found, a check due, the children's health found), actions out (look the
-ranks up, arm or cancel a job's check, ask the health, send up, write the record and memo,
-raise an ``oom`` exception). While
-some rank has not reported, the children's health is looked at every CHECK_S: a child lost
-or offline has its subtree's job ranks marked missing; this rank's own row too, when no
-shell of the job runs here and one ran (under this sdexec) or none came for OWN_WAIT_S. A
-rank still up is waited for (a job's ranks may end far apart), at most WAIT_MAX_S. The
-adapter (``usage/job_usage.py``) owns RPCs, timers and the KVS; this module owns the rules
-and the ``sdexec.usage-gather`` payload. Pure: stdlib only; imports only the core.
+the job's ranks found, a record read back, a check due, the children's health found),
+actions out (look the ranks up, read a record back, arm or cancel a job's check, ask the
+health, send up, write the record and memo, raise an ``oom`` exception). The wait begins
+with the job's first row or mark here, not with its start: a job may run for days. From
+then, while some rank has not reported, the children's health is looked at every CHECK_S:
+a child lost or offline has its subtree's job ranks marked missing; this rank's own row
+too, when no shell of the job runs here and one ran (under this sdexec) or none came for
+OWN_WAIT_S. A rank still up is waited for (a job's ranks may end far apart), at most
+WAIT_MAX_S.
+
+A job that started before this sdexec loaded (an upgrade, a restart with the jobs kept) had
+its gathering begun by the sdexec before, which may have sent or written part of it: here a
+broker other than rank 0 passes each of its messages on as it comes, and rank 0 reads back
+what the job's record already holds before it gathers the rest.
+
+The adapter (``usage/job_usage.py``) owns RPCs, timers and the KVS; this module owns the
+rules and the ``sdexec.usage-gather`` payload. Pure: stdlib only; imports only the core.
 """
 
 import dataclasses
@@ -69,13 +77,16 @@ def _nulls(row):
 
 class JobGather:
     """One job's gathering at one broker. The adapter ``add``s each message, and ``take``s
-    and sends when ``due``; once ``sent``, it takes after each ``add`` (a correction).
+    and sends when ``due``; once ``sent``, it takes after each ``add`` (a correction). It is
+    complete once every job rank expected here has a row or a mark, however many messages
+    brought them (a child's sdexec unloading sends what it holds, the rest follows).
 
     Args:
         jobid: the job's integer id.
         own_expected: this broker's rank is one of the job's.
         children: ``{child rank: job ranks in its subtree}`` (``expected_ranks``).
-        started: when the gathering began (the adapter's clock, seconds).
+        started: when the wait began (the adapter's clock, seconds); None: not yet
+            (``start``).
         wait_s: how long to wait for the rows before marking the rest missing.
         rank: this broker's rank; needed when ``own_expected``, to mark its own row
             missing once the wait is over.
@@ -84,7 +95,7 @@ class JobGather:
         ValueError: ``own_expected`` without ``rank``.
     """
 
-    def __init__(self, jobid, own_expected, children, started, wait_s=WAIT_S, *, rank=None):
+    def __init__(self, jobid, own_expected, children, started=None, wait_s=WAIT_S, *, rank=None):
         if own_expected and rank is None:
             raise ValueError("own_expected needs this broker's rank")
         self.jobid = jobid
@@ -96,18 +107,26 @@ class JobGather:
         self._rows = {}  # rank -> row: the best seen
         self._missing = {}  # rank -> why it has no row, while it has none
         self._untaken = set()  # ranks whose row or mark the next take gives
-        self._own_in = False
         self._received = {}  # child rank -> messages from it
         self._sent = False
+
+    def start(self, now):
+        """The wait begins at ``now``, unless it began before."""
+        if self.started is None:
+            self.started = now
+
+    def recall(self, rows, missing):
+        """What was given before this gathering began (the job's record, read back): kept
+        as ``add`` keeps it, and never given again by a take."""
+        self.add(rows, missing, None)
+        self._untaken.clear()
 
     def add(self, rows, missing, sender):
         """Merge one message: ``rows`` ({rank: placed record JSON}), ``missing`` ({rank:
         reason}), from child ``sender`` (None: this broker's own row). Of two rows of a
         rank the one with fewer null figures stays (a tie: the first); a row replaces a
         missing mark, and a mark never replaces a row."""
-        if sender is None:
-            self._own_in = True
-        else:
+        if sender is not None:
             self._received[sender] = self._received.get(sender, 0) + 1
         for rank, row in rows.items():
             kept = self._rows.get(rank)
@@ -120,31 +139,42 @@ class JobGather:
                 self._missing[rank] = why
                 self._untaken.add(rank)
 
+    def expected(self):
+        """Every job rank gathered here."""
+        ranks = set().union(*self.children.values())
+        if self.own_expected:
+            ranks.add(self.rank)
+        return ranks
+
+    def unreported(self):
+        """The job ranks gathered here with neither a row nor a mark yet."""
+        return self.expected() - self._rows.keys() - self._missing.keys()
+
     @property
     def complete(self):
-        """Every expected child has reported, and the own row is in if expected."""
-        own = self._own_in or not self.own_expected
-        return own and all(child in self._received for child in self.children)
+        """Every job rank gathered here has a row or a mark."""
+        return not self.unreported()
 
     def deadline(self):
-        """When the wait is over."""
-        return self.started + self.wait_s
+        """When the wait is over (None: it has not begun)."""
+        return None if self.started is None else self.started + self.wait_s
+
+    def over(self, now):
+        """The wait began and is over."""
+        return self.started is not None and now >= self.deadline()
 
     def due(self, now):
         """Complete, or the wait is over."""
-        return self.complete or now >= self.deadline()
+        return self.complete or self.over(now)
 
     def take(self, now):
         """What to send up (or write, at rank 0) now: ``(rows, missing)``, each row or mark
         given once (nothing new: two empty dicts). Once the wait is over, a job rank
         expected but not reported is marked missing ("no record within 30 s"); a row that
         comes later, or a better duplicate, is given alone by the next take."""
-        if now >= self.deadline():
-            expected = set().union(*self.children.values())
-            if self.own_expected:
-                expected.add(self.rank)
+        if self.over(now):
             why = f"no record within {self.wait_s:g} s"
-            for rank in expected - self._rows.keys() - self._missing.keys():
+            for rank in self.unreported():
                 self._missing[rank] = why
                 self._untaken.add(rank)
         rows = {r: self._rows[r] for r in sorted(self._untaken) if r in self._rows}
@@ -159,9 +189,11 @@ class JobGather:
         return self._sent
 
     def awaited(self):
-        """Who has not reported yet: ``(own row awaited, {child rank awaited})``."""
-        own = self.own_expected and not self._own_in
-        return own, set(self.children) - self._received.keys()
+        """Who has not reported yet: ``(own row awaited, {child rank with a job rank
+        unreported})``."""
+        unreported = self.unreported()
+        children = {child for child, ranks in self.children.items() if ranks & unreported}
+        return self.rank in unreported, children
 
     @property
     def rows(self):
@@ -254,12 +286,32 @@ class RowsCame:
 
 @dataclasses.dataclass(frozen=True)
 class RanksFound:
-    """Job ``jobid``'s ranks, from its R (empty: no R, or it could not be read), and this
-    broker's subtree (``overlay.topology``)."""
+    """Job ``jobid``'s ranks, from its R (empty: no R, or it could not be read), this
+    broker's subtree (``overlay.topology``), and when the job started (R's
+    ``execution.starttime``, seconds since the epoch; None: unknown)."""
 
     jobid: int
     ranks: frozenset
     topology: dict
+    started: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordRead:
+    """Rank 0: what job ``jobid``'s record held when read back (``{rank: entry}``, a row
+    or a missing mark each)."""
+
+    jobid: int
+    entries: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadRecord:
+    """Action (rank 0): read job ``jobid``'s record back, an entry per rank of ``ranks``;
+    answer with RecordRead."""
+
+    jobid: int
+    ranks: frozenset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,25 +425,39 @@ def dothex(jobid):
 
 
 class _Job:
-    """One job's gathering here: its ranks once found, the messages that came before,
-    its JobGather once the ranks are known, and what its checks go by."""
+    """One job's gathering here: its ranks once found, the messages that came before
+    it could gather them, its JobGather once the ranks are known, and what its checks go
+    by."""
 
-    __slots__ = ("ranks", "early", "gather", "armed", "shell_seen", "checks", "ended")
+    __slots__ = (
+        "ranks",
+        "early",
+        "gather",
+        "armed",
+        "shell_seen",
+        "checks",
+        "ended",
+        "passing",
+        "reading",
+    )
 
     def __init__(self):
         self.ranks, self.early, self.gather, self.armed = None, [], None, False
         self.shell_seen = False  # a shell of the job started here (under this sdexec)
         self.checks = 0  # health checks made while ranks were awaited
         self.ended = False  # its gathering is complete (counted in Gatherings.ended)
+        self.passing = False  # begun by the sdexec before, not at rank 0: each message goes on
+        self.reading = False  # rank 0: its record is being read back
 
 
 class Gatherings:
     """Every job's gathering at broker ``rank`` of host ``host``: ``handle(event, now)``
     returns the actions (the module docstring); ``now`` is the adapter's monotonic clock,
-    in seconds."""
+    in seconds; ``loaded``: when this sdexec loaded (seconds since the epoch; None: every
+    job is taken as started under it)."""
 
-    def __init__(self, rank, host):
-        self.rank, self.host = rank, host
+    def __init__(self, rank, host, loaded=None):
+        self.rank, self.host, self.loaded = rank, host, loaded
         self.jobs = OrderedDict()  # job id -> _Job, oldest first
         self.ended = 0  # how many of them have a complete gathering
         self.counts = {"messages-in": 0, "messages-out": 0, "records-written": 0}
@@ -412,8 +478,12 @@ class Gatherings:
                 self._offer(event, now, out)
         elif isinstance(event, RanksFound):
             job = self.jobs.get(event.jobid)
-            if job is not None and job.gather is None:
+            if job is not None and job.ranks is None:
                 self._begin(event, job, now, out)
+        elif isinstance(event, RecordRead):
+            job = self.jobs.get(event.jobid)
+            if job is not None and job.reading:
+                self._recalled(event, job, now, out)
         elif isinstance(event, CheckDue):
             if event.jobid in self.jobs:
                 self.jobs[event.jobid].armed = False
@@ -427,15 +497,16 @@ class Gatherings:
         return out
 
     def unloading(self):
-        """Unload: what each gathering holds goes on now (the rest follows as corrections
-        to whoever comes next); every check timer is cancelled."""
+        """Unload: what each gathering holds goes on now (the rest follows to whoever
+        comes next; rank 0's memo names the ranks still awaited missing); every check timer
+        is cancelled."""
         out = []
         for jobid, job in self.jobs.items():
             if job.armed:
                 out.append(CancelCheck(jobid))
-            if job.gather is not None and not job.gather.sent:
+            if job.gather is not None and not job.reading and not job.gather.sent:
                 rows, missing = job.gather.rows, job.gather.missing
-            elif job.gather is None:
+            elif job.gather is None or job.reading:
                 rows, missing = {}, {}
                 for early in job.early:
                     rows.update(early.rows)
@@ -456,7 +527,7 @@ class Gatherings:
         messages one child sent for one job."""
         gathers = [job.gather for job in self.jobs.values() if job.gather is not None]
         most = max((max(g.received_from.values(), default=0) for g in gathers), default=0)
-        waiting = sum(1 for job in self.jobs.values() if not (job.gather and job.gather.complete))
+        waiting = sum(1 for job in self.jobs.values() if not job.ended)
         return dict(self.counts, waiting=waiting, **{"most-from-one-child": most})
 
     def _shell_ended(self, ended, now, out):
@@ -473,13 +544,23 @@ class Gatherings:
             out.append(RaiseOom(jobid, note))
 
     def _offer(self, came, now, out):
-        """Rows into the job's gathering, or kept until its ranks are known."""
+        """Rows into the job's gathering (its wait begins with the first), on at once for
+        a gathering begun before, or kept until it can gather."""
         job = self._job(came.jobid, out)
-        if job.gather is None:
+        if job.passing:
+            self._pass_on(came.jobid, None, came.rows, came.missing, False, out)
+        elif job.gather is None or job.reading:
             job.early.append(came)
         else:
-            job.gather.add(came.rows, came.missing, came.sender)
+            self._merge(job, came, now)
             self._advance(came.jobid, job, now, out)
+
+    @staticmethod
+    def _merge(job, came, now):
+        """``came`` into the job's gathering; a row or a mark begins its wait."""
+        if came.rows or came.missing:
+            job.gather.start(now)
+        job.gather.add(came.rows, came.missing, came.sender)
 
     def _job(self, jobid, out):
         """Job ``jobid``'s gathering, begun (its ranks asked for) if new."""
@@ -491,18 +572,48 @@ class Gatherings:
         return job
 
     def _begin(self, found, job, now, out):
-        """The ranks are known: gather what they say; none (no R): each message goes on
-        as it comes."""
+        """The ranks are known: gather what they say (none, no R: each message goes on as
+        it comes). A job begun under the sdexec before: passed on as it comes, or at rank
+        0, its record read back first."""
+        jobid = found.jobid
         job.ranks = set(found.ranks)
+        begun_before = None not in (self.loaded, found.started) and found.started < self.loaded
+        if begun_before and self.rank != 0:
+            job.passing = True
+            self._end(job)
+            early, job.early = job.early, []
+            for came in early:
+                self._pass_on(jobid, None, came.rows, came.missing, False, out)
+            return
         want = expected_ranks(job.ranks, self.rank, found.topology)
-        own = want["own"] or not job.ranks
-        job.gather = JobGather(found.jobid, own, want["children"], now, WAIT_MAX_S, rank=self.rank)
+        job.gather = JobGather(
+            jobid, want["own"], want["children"], None, WAIT_MAX_S, rank=self.rank
+        )
+        if begun_before and job.ranks:
+            job.reading = True
+            out.append(ReadRecord(jobid, frozenset(job.ranks)))
+            return
+        self._gather_early(jobid, job, now, out)
+
+    def _recalled(self, read, job, now, out):
+        """Rank 0: the job's record as read back is what was given before; then gather."""
+        job.reading = False
+        rows, missing = {}, {}
+        for rank, entry in read.entries.items():
+            if "missing" in entry:
+                missing[rank] = str(entry["missing"])
+            else:
+                rows[rank] = entry
+        job.gather.recall(rows, missing)
+        self._gather_early(read.jobid, job, now, out)
+
+    def _gather_early(self, jobid, job, now, out):
+        """What came before the gathering could begin, into it."""
         early, job.early = job.early, []
         for came in early:
-            job.gather.add(came.rows, came.missing, came.sender)
-        if not job.ranks:
-            job.gather.add({}, {}, None)  # nothing to wait for
-        self._advance(found.jobid, job, now, out)
+            self._merge(job, came, now)
+        if job.gather.started is not None:
+            self._advance(jobid, job, now, out)
 
     def _checked(self, health, job, now, out):
         """Mark the ranks of children that are down, and this rank's own if no shell of
@@ -520,10 +631,8 @@ class Gatherings:
         self._advance(health.jobid, job, now, out)
 
     def _advance(self, jobid, job, now, out):
-        """Pass on what is due; else check the children's health in CHECK_S."""
-        if not job.ended and job.gather.complete:  # after every add: complete stays so
-            job.ended = True
-            self.ended += 1
+        """Pass on what is due (the gathering ends: complete, or marked at the wait's
+        end); else check the children's health in CHECK_S."""
         if job.gather.due(now):
             late = job.gather.sent
             rows, missing = job.gather.take(now)
@@ -532,14 +641,22 @@ class Gatherings:
             if job.armed:
                 job.armed = False
                 out.append(CancelCheck(jobid))
+            self._end(job)
         else:
             job.armed = True
             out.append(ArmCheck(jobid, CHECK_S))
 
+    def _end(self, job):
+        """Count ``job``'s gathering as ended, once."""
+        if not job.ended:
+            job.ended = True
+            self.ended += 1
+
     def _pass_on(self, jobid, gather, rows, missing, late, out):
         """Up to the parent's sdexec, or written at rank 0: the rows and marks new since
-        the last write, then the job's totals as its memo (a memo's null deletes a key:
-        ``missing`` once none is); a correction of a gathering forgotten here has none."""
+        the last write, then the job's totals as its memo, the ranks still awaited counted
+        missing (a memo's null deletes a key: ``missing`` once none is); a correction of a
+        gathering forgotten here has none."""
         if self.rank != 0:
             self.counts["messages-out"] += 1
             out.append(SendUp(jobid, gather_payload(jobid, self.rank, rows, missing, late)))
@@ -548,7 +665,8 @@ class Gatherings:
         entries.update({str(rank): {"rank": rank, "missing": why} for rank, why in missing.items()})
         memo = None
         if gather is not None:
-            totals = dict(job_totals(gather.rows, gather.missing))
+            awaited = dict.fromkeys(gather.unreported(), "awaited")
+            totals = dict(job_totals(gather.rows, {**gather.missing, **awaited}))
             totals.setdefault("missing", None)
             memo = {"sdexec": totals}
         self.counts["records-written"] += 1

@@ -23,11 +23,15 @@ from flux_sdexec.core.usage_gather import (
     HealthFound,
     JobGather,
     LookUpRanks,
+    WAIT_MAX_S,
     RaiseOom,
     RanksFound,
+    ReadRecord,
+    RecordRead,
     SendUp,
     ShellEnded,
     ShellStarted,
+    WriteRecord,
     dothex,
     expected_ranks,
     job_totals,
@@ -397,8 +401,7 @@ def test_a_broker_waits_for_its_children_then_sends_one_message():
 def test_rank_0_writes_the_record_in_one_directory_and_the_job_s_totals_as_memo():
     g, jobid, _ = started_at(0, {0})
     unit = "shell-0-fA1.service"
-    write, cancel = g.handle(ShellEnded("fA1", unit, record(cpu=2.0)), 0.0)
-    assert cancel == CancelCheck(jobid)
+    (write,) = g.handle(ShellEnded("fA1", unit, record(cpu=2.0)), 0.0)
     assert write.directory == f"job.{dothex(jobid)}.sdexec-usage"
     assert write.entries == {"0": record(cpu=2.0).placed(0, "n0", unit)}
     assert write.memo["sdexec"]["cpu"] == 2.5 and write.memo["sdexec"]["missing"] is None
@@ -453,3 +456,123 @@ def test_a_malformed_gather_payload_is_eproto(body):
     with pytest.raises(RequestError) as info:
         parse_gather(body)
     assert info.value.errno == errno.EPROTO
+
+
+# a long job, a reload (review 3: findings 1, 2 and 8)
+
+
+def test_a_running_job_is_not_polled_and_its_wait_begins_with_its_first_row():
+    """A job's start arms no check and asks no health, however long it runs; two hours
+    on, its shell's end sends one message, not late, with the row."""
+    g, jobid, actions = started_at(1, {1})
+    assert actions == [LookUpRanks(jobid)]
+    (sent,) = g.handle(ShellEnded("fA1", UNIT1, record()), 7200.0)
+    assert sent == SendUp(
+        jobid,
+        {
+            "id": jobid,
+            "rank": 1,
+            "rows": {"1": record().placed(1, "n1", UNIT1)},
+            "missing": {},
+            "late": False,
+        },
+    )
+
+
+def test_a_two_hour_job_on_two_ranks_gets_one_record_and_one_memo_at_rank_0():
+    """Rank 1's row comes two hours after the start, rank 0's a minute later: rank 0
+    waits (its shell runs, child 1 is up) and writes once, every rank a row."""
+    g, jobid, _ = started_at(0, {0, 1})
+    came = parse_gather({"id": jobid, "rank": 1, "rows": {"1": row(1)}})
+    assert g.handle(came, 7200.0) == [ArmCheck(jobid, CHECK_S)]
+    t = 7200.0
+    for _ in range(12):
+        t += CHECK_S
+        assert g.handle(CheckDue(jobid), t) == [AskHealth(jobid)]
+        assert g.handle(HealthFound(jobid, {1: "full"}, True), t) == [ArmCheck(jobid, CHECK_S)]
+    actions = g.handle(ShellEnded("fA1", "shell-0-fA1.service", record()), t)
+    (write,) = of(WriteRecord, actions)
+    assert sorted(write.entries) == ["0", "1"]
+    assert write.memo["sdexec"]["ranks"] == 2 and write.memo["sdexec"]["missing"] is None
+
+
+def test_a_rank_silent_an_hour_after_the_first_row_is_marked_and_the_gathering_ends(monkeypatch):
+    """The wait's end marks the silent child's ranks missing; the gathering then counts as
+    ended, so that it is forgotten in its turn."""
+    g, jobid, _ = started_at(1, {1, 3})
+    g.handle(ShellEnded("fA1", UNIT1, record()), 100.0)
+    g.handle(CheckDue(jobid), 100.0 + WAIT_MAX_S)
+    (sent,) = of(SendUp, g.handle(HealthFound(jobid, {3: "full"}, False), 100.0 + WAIT_MAX_S))
+    assert sent.payload["missing"] == {"3": "no record within 3600 s"}
+    assert g.ended == 1 and g.stats()["waiting"] == 0
+
+
+def test_an_unload_memo_names_the_ranks_still_awaited_missing():
+    """Rank 0 of a job on 0-2 unloads with rank 1's row only: the row is written and the
+    memo's totals say ranks 0 and 2 are not in yet."""
+    g, jobid, _ = started_at(0, {0, 1, 2})
+    g.handle(parse_gather({"id": jobid, "rank": 1, "rows": {"1": row(1)}}), 10.0)
+    write = of(WriteRecord, g.unloading())[0]
+    assert write.entries == {"1": row(1)}
+    assert write.memo["sdexec"]["ranks"] == 1 and write.memo["sdexec"]["missing"] == "0,2"
+
+
+def reloaded(rank, job_ranks, early=()):
+    """Broker ``rank``'s Gatherings loaded at 1000 (wall clock) and job fA1, started at 900
+    under the sdexec before: the ``early`` events come first, then its ranks are found."""
+    g = Gatherings(rank, f"n{rank}", loaded=1000.0)
+    jobid = job_number("fA1")
+    actions = []
+    for came in early:
+        actions += g.handle(came, 0.0)
+    actions += g.handle(RanksFound(jobid, frozenset(job_ranks), nodes(TREE7)[rank], 900.0), 0.0)
+    return g, jobid, actions
+
+
+def test_after_a_reload_rank_0_reads_the_record_back_and_ends_it_complete_and_exact():
+    """Rank 1's row was written by the sdexec before; the new rank 0 hears from rank 2,
+    then its own shell ends: it reads the record back before it gathers, never marks rank
+    1, and writes ranks 0 and 2 with a memo over all three."""
+    came = parse_gather({"id": job_number("fA1"), "rank": 2, "rows": {"2": row(2)}})
+    g, jobid, actions = reloaded(0, {0, 1, 2}, [came])
+    assert of(ReadRecord, actions) == [ReadRecord(jobid, frozenset({0, 1, 2}))]
+    assert of(WriteRecord, actions) == []
+    actions = g.handle(RecordRead(jobid, {1: row(1)}), 1.0)
+    assert actions == [ArmCheck(jobid, CHECK_S)]
+    (write,) = of(WriteRecord, g.handle(ShellEnded("fA1", "shell-0-fA1.service", record()), 2.0))
+    assert sorted(write.entries) == ["0", "2"]
+    assert write.memo["sdexec"]["ranks"] == 3 and write.memo["sdexec"]["missing"] is None
+
+
+def test_after_a_reload_a_mark_read_back_gives_way_to_the_row_that_comes():
+    """Rank 0 was marked lost by the sdexec before; its adopted shell's row replaces the
+    mark."""
+    g, jobid, _ = reloaded(0, {0}, [ShellEnded("fA1", "shell-0-fA1.service", record())])
+    actions = g.handle(RecordRead(jobid, {0: {"rank": 0, "missing": "rank 0 lost"}}), 1.0)
+    (write,) = of(WriteRecord, actions)
+    assert list(write.entries) == ["0"] and write.memo["sdexec"]["missing"] is None
+
+
+def test_after_a_reload_a_broker_passes_each_message_on_as_it_comes():
+    """Rank 1 of a job on 1, 3, 4 begun before: child 3's row goes up at once, not late
+    (rank 0 gathers it), with no wait for 4, whose message went to the sdexec before."""
+    came = parse_gather({"id": job_number("fA1"), "rank": 3, "rows": {"3": row(3)}})
+    g, jobid, actions = reloaded(1, {1, 3, 4}, [came])
+    (sent,) = of(SendUp, actions)
+    assert sent.payload["rows"] == {"3": row(3)} and sent.payload["late"] is False
+    (own,) = g.handle(ShellEnded("fA1", UNIT1, record()), 1.0)
+    assert own.payload["rows"] == {"1": record().placed(1, "n1", UNIT1)}
+    assert of(ArmCheck, actions) == [] and g.stats()["waiting"] == 0
+
+
+def test_a_child_s_unload_message_leaves_its_parent_waiting_for_the_rest():
+    """Child 1 unloads with rank 3's row of a job on 3 and 4: rank 0 keeps waiting for
+    rank 4 and writes nothing marked."""
+    g, jobid, _ = started_at(0, {3, 4})
+    assert g.handle(parse_gather({"id": jobid, "rank": 1, "rows": {"3": row(3)}}), 0.0) == [
+        ArmCheck(jobid, CHECK_S)
+    ]
+    (write,) = of(
+        WriteRecord, g.handle(parse_gather({"id": jobid, "rank": 1, "rows": {"4": row(4)}}), 1.0)
+    )
+    assert sorted(write.entries) == ["3", "4"] and write.memo["sdexec"]["missing"] is None
