@@ -18,7 +18,10 @@ its own, with a shorter wait at each level; every broker answers its parent once
 subtree's rows, those of a child that did not answer in time marked missing.
 
 An adopted job shell's record is looked up first (``broker/accounting.py`` says when): one
-found is kept and nothing is sent or raised. Nothing here blocks or raises into the
+found is kept and nothing is sent or raised (a missing mark found is no record). A job begun
+under the sdexec before this one has its record read back at rank 0, a lookup per rank,
+before its rows are gathered. Every timer is destroyed once done with (the flux handle keeps
+it otherwise), and every callback is guarded. Nothing here blocks or raises into the
 caller: a failure is logged. flux only inside the methods that talk to it.
 """
 
@@ -54,7 +57,7 @@ class JobUsage:
     def __init__(self, handle, log, rank, host, watchers, memos, registry):
         self.h, self.log, self.rank = handle, log, rank
         self.watchers, self.memos, self.registry = watchers, memos, registry
-        self.gatherings = core.Gatherings(rank, host)
+        self.gatherings = core.Gatherings(rank, host, time.time())
         self.timers = {}  # job id -> its check timer, while armed
         self.pending = set()  # futures in flight
         self.topology = None  # this broker's subtree (overlay.topology), once answered
@@ -89,7 +92,7 @@ class JobUsage:
         def on_reply(exc, record=None):
             settled = usage
             try:
-                if record is not None:
+                if record is not None and "missing" not in record:
                     settled = UsageRecord.from_json(record)
                     self.log.info(
                         f"{unit}: usage of job {plain} on rank {self.rank} was recorded "
@@ -138,12 +141,14 @@ class JobUsage:
             self._hold(future, f"usage of job {action.jobid}: oom exception")
         elif isinstance(action, core.LookUpRanks):
             self._look_up_ranks(action.jobid)
+        elif isinstance(action, core.ReadRecord):
+            self._read_record(action.jobid, action.ranks)
         elif isinstance(action, core.ArmCheck):
             self._arm(action.jobid, action.seconds)
         elif isinstance(action, core.CancelCheck):
             timer = self.timers.pop(action.jobid, None)
             if timer is not None:
-                timer.stop()
+                timer.destroy()
         elif isinstance(action, core.AskHealth):
             self._ask_health(action.jobid)
         else:
@@ -161,17 +166,42 @@ class JobUsage:
             self.memos.post(action.jobid, action.memo, f"usage of job {action.jobid}: memo")
 
     def _look_up_ranks(self, jobid):
-        """The job's R, then the topology: RanksFound (no R, or an error: no ranks)."""
+        """The job's R, then the topology: RanksFound (no R, an error, or an R without
+        ranks: no ranks)."""
 
         def have_R(exc, R=None):
+            ranks, started = frozenset(), None
             if exc is not None:
                 self.log.error(f"usage of job {jobid}: R: {exc.strerror or exc}: ungathered")
             elif R is None:
                 self.log.debug(f"usage of job {jobid}: no R: its records go on as they come")
-            ranks = frozenset(_ranks(R)) if exc is None and R is not None else frozenset()
-            self._with_topology(lambda: self._handle(core.RanksFound(jobid, ranks, self.topology)))
+            else:
+                try:
+                    ranks, started = frozenset(_ranks(R)), _started(R)
+                except (KeyError, TypeError, ValueError, AttributeError) as bad:
+                    self.log.error(f"usage of job {jobid}: R: {bad!r}: ungathered")
+            found = core.RanksFound
+            self._with_topology(lambda: self._handle(found(jobid, ranks, self.topology, started)))
 
         self._look_up(f"job.{core.dothex(jobid)}.R", have_R)
+
+    def _read_record(self, jobid, ranks):
+        """Rank 0: each rank's entry of the job's record, then RecordRead (a lookup that
+        fails counts as no entry, and says so)."""
+        directory = core.dothex(jobid)
+        entries, left = {}, set(ranks)
+
+        def have(rank, exc, entry=None):
+            if exc is not None:
+                self.log.error(f"usage of job {jobid}: rank {rank}: {exc.strerror or exc}")
+            elif entry is not None:
+                entries[rank] = entry
+            left.discard(rank)
+            if not left:
+                self._handle(core.RecordRead(jobid, entries))
+
+        for rank in sorted(ranks):
+            self._look_up(kvs_key(directory, rank), lambda *a, r=rank: have(r, *a))
 
     def _arm(self, jobid, seconds):
         """Job ``jobid``'s check in ``seconds``: its one timer started, or reset."""
@@ -181,7 +211,7 @@ class JobUsage:
             return
 
         def due():
-            self.timers.pop(jobid, None)
+            self.timers.pop(jobid).destroy()
             self._handle(core.CheckDue(jobid))
 
         timer = self.timers[jobid] = self.watchers.timer(seconds, due, "usage-gather")
@@ -193,11 +223,10 @@ class JobUsage:
         def answered(future):
             self.pending.discard(future)
             try:
-                health = future.get()
-            except OSError as exc:
-                self.log.error(f"overlay.health: {exc.strerror or exc}")
-                health = {"children": []}
-            status = {c["rank"]: c["status"] for c in health.get("children", [])}
+                status = {c["rank"]: c["status"] for c in future.get().get("children", [])}
+            except (OSError, KeyError, TypeError, AttributeError) as exc:
+                self.log.error(f"overlay.health: {getattr(exc, 'strerror', None) or exc!r}")
+                status = {}
             self._handle(core.HealthFound(jobid, status, self._runs_here(jobid)))
 
         future = self.h.rpc("overlay.health")
@@ -251,7 +280,7 @@ class JobUsage:
             if finish in self.live:
                 self.live.discard(finish)
                 if timer is not None:
-                    timer.stop()
+                    timer.destroy()
                 now = time.monotonic()
                 send(*gather.take(max(now, gather.deadline()) if expired else now))
 
@@ -355,7 +384,7 @@ class JobUsage:
             on_reply(exc if isinstance(exc, OSError) else OSError(errno.EINVAL, repr(exc)))
             return
         self.pending.add(future)
-        future.then(done)
+        future.then(self.watchers.guard(done, key))
 
     def _hold(self, future, what):
         """Keep ``future`` until it is fulfilled; log its error."""
@@ -368,7 +397,7 @@ class JobUsage:
                 self.log.error(f"{what}: {exc.strerror or exc}")
 
         self.pending.add(future)
-        future.then(done)
+        future.then(self.watchers.guard(done, what))
 
 
 def _ranks(R):
@@ -377,3 +406,10 @@ def _ranks(R):
     for entry in R.get("execution", {}).get("R_lite", []):
         ranks |= set(parse_idset(entry["rank"]))
     return ranks
+
+
+def _started(R):
+    """When the job of an R started (``execution.starttime``, seconds since the epoch), or
+    None."""
+    started = R.get("execution", {}).get("starttime")
+    return float(started) if started else None

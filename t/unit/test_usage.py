@@ -17,6 +17,7 @@ from flux_sdexec.config import Settings
 from flux_sdexec.containment import cgroups
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.core.registry import Registry
+from flux_sdexec.core.shelljobs import job_number
 from flux_sdexec.core.usage_record import FIGURES, UsageRecord
 from flux_sdexec.core import usage_gather
 from flux_sdexec.usage.job_usage import JobUsage
@@ -416,3 +417,99 @@ def test_an_unload_answers_the_live_gatherings_with_what_they_have():
     tree.close()
     assert tree.answers == [({0: dict(ROW, rank=0)}, {})]
     assert tree.watchers.armed() == [] and tree.live == set()
+
+
+# watchers and futures of the gathering (review 3, findings 3 and 9)
+
+
+class Checked(JobUsage):
+    """The real ``JobUsage`` of rank 0 over child 1, a job on ranks 0-1 whose R says it
+    started at ``started`` (the sdexec loaded now); what it asks of the flux handle is kept
+    (``asked``), what it writes too (``written``, ReadRecord-free gatherings only)."""
+
+    def __init__(self, R=None):
+        super().__init__(self, logging.getLogger("t"), 0, "node0", StubWatchers(), None, ())
+        self.topology = {"rank": 0, "children": [{"rank": 1, "children": []}]}
+        self.R = R or {"execution": {"R_lite": [{"rank": "0-1"}], "starttime": 1.0}}
+        self.asked, self.written, self.looked_up = [], [], []
+
+    def rpc(self, topic, payload=None, nodeid=0):  # the flux handle's
+        future = Future(topic, payload, nodeid)
+        self.asked.append(future)
+        return future
+
+    def _look_up(self, key, on_reply):
+        self.looked_up.append(key)
+        on_reply(None, self.R if key.endswith(".R") else None)
+
+    def _write(self, action):
+        self.written.append(action)
+
+
+def test_every_check_timer_is_destroyed_once_done_with():
+    """A gathering through three checks to its record: each timer that fired or was
+    cancelled is destroyed, none is left in the flux handle."""
+    jobs = Checked()
+    jobs.received({"id": job_number("f2"), "rank": 1, "rows": {"1": dict(ROW, rank=1)}})
+    for _ in range(3):
+        (timer,) = jobs.watchers.armed()
+        timer.fire()
+        (health,) = [f for f in jobs.asked if f.callback and f.topic == "overlay.health"]
+        health.answer({"children": [{"rank": 1, "status": "full"}]})
+        health.callback = None
+    jobs.shell_ended(
+        "f2", "shell-0-f2.service", UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0), None
+    )
+    (write,) = jobs.written
+    assert sorted(write.entries) == ["0", "1"]
+    assert jobs.watchers.timers and all(t.destroyed for t in jobs.watchers.timers)
+
+
+def test_a_live_gathering_s_timer_is_destroyed_whether_answered_or_expired():
+    tree = LiveTree()
+    tree.gather({0: dict(ROW, rank=0)})
+    tree.asked[0].answer({"rows": {"1": dict(ROW, rank=1), "2": dict(ROW, rank=2)}})
+    silent = LiveTree()
+    silent.gather({})
+    silent.watchers.armed()[0].fire()
+    for done in (tree, silent):
+        assert [t.destroyed for t in done.watchers.timers] == [True]
+
+
+def test_an_r_without_ranks_is_logged_and_its_rows_go_on_as_they_come():
+    """Finding 9: an R the gathering cannot read raises nothing into the reactor: the job
+    is gathered as one with no R."""
+    jobs = Checked(R={"execution": {"R_lite": [{}]}})
+    jobs.shell_ended(
+        "f2", "shell-0-f2.service", UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0), None
+    )
+    (write,) = jobs.written
+    assert list(write.entries) == ["0"]
+
+
+def test_a_job_begun_under_the_sdexec_before_has_its_record_read_back_per_rank():
+    """Rank 0 loaded after the job started: each rank's entry is looked up before the
+    rows are gathered; rank 1's found is not written again."""
+    jobs = Checked(R={"execution": {"R_lite": [{"rank": "0-1"}], "starttime": 1.0}})
+    jobs.gatherings.loaded = 2.0
+    answers = {}
+
+    def look_up(key, on_reply):
+        jobs.looked_up.append(key)
+        if key.endswith(".R"):
+            on_reply(None, jobs.R)
+        else:
+            answers[key] = on_reply
+
+    jobs._look_up = look_up
+    jobs.shell_ended(
+        "f2", "shell-0-f2.service", UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0), None
+    )
+    assert sorted(answers) == [
+        f"job.{usage_gather.dothex(job_number('f2'))}.sdexec-usage.{r}" for r in (0, 1)
+    ]
+    assert jobs.written == []
+    for key, on_reply in sorted(answers.items()):
+        on_reply(None, dict(ROW, rank=1) if key.endswith(".1") else None)
+    (write,) = jobs.written
+    assert list(write.entries) == ["0"] and write.memo["sdexec"]["ranks"] == 2

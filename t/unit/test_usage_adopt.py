@@ -188,3 +188,14 @@ def test_a_process_this_sdexec_started_is_written_at_once(tmp_path, monkeypatch)
     sent = []
     acc.after_usage(p, lambda u: sent.append("now"))
     assert sent == ["now"]
+
+
+def test_a_missing_mark_found_is_no_record_the_figures_read_are_written(tmp_path):
+    """Review 3, finding 4: this rank was marked missing (its parent saw it lost, or an
+    hour passed); the adopted shell's figures replace the mark and the wait carries them."""
+    acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    p = adopted(acc)
+    acc.reached(p)
+    acc.jobs.answer(record={"rank": 0, "missing": "no record within 3600 s"})
+    assert len(acc.jobs.commits) == 1 and acc.jobs.commits[0]["cpu_user_s"] == 2.0
+    assert usage(acc, p)["cpu_user_s"] == 2.0
