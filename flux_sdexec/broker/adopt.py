@@ -1,7 +1,8 @@
 """Adoption: the units a crashed predecessor left running become background waitables.
 
 At load, every unit matching this instance's glob and rank is tracked as an
-SdProc with no exec request; a unit that cannot be adopted is let go (teardown).
+SdProc with no exec request; a unit that cannot be adopted is let go (teardown), and
+nothing of it stays: not tracked, not held, its keeper not spared by the sweep below.
 Its properties are read (GetAll, on the rare connection) before its signals are watched:
 over a bus, whose daemon forwards a unit's signals only once its match is in, a unit
 that ended in between would never be seen to end (its job shell's wait never answered,
@@ -44,7 +45,7 @@ def adopt_leftovers(
         ours, label = namer.parse(unit)
         if not ours:
             continue  # another rank's (or a verbatim SDEXEC_NAME): not ours to touch
-        props = {}
+        props, p = {}, None
         try:
             bus.pump()  # signals read before the GetAll must not be applied after it
             props = bridge.get_unit_properties(unit)
@@ -80,6 +81,10 @@ def adopt_leftovers(
             log.error(f"{unit}: cannot adopt ({exc}), letting it go")
             state, keeper = props.get("ActiveState", "active"), keeper_of(unit, props)
             teardown.let_go(bridge, log, unit, state, keeper=keeper)
+            if p is not None:  # a later step failed (its watch): what it took goes
+                registry.remove(p)
+                keepers.forget(unit)
+                holds.release(unit)
     for name in leftover_slices(bridge, namer, accounting.slices(registry) | keepers.known()):
         sweeper.sweep(name, "left by an earlier sdexec, no unit of it adopted")
     return adopted

@@ -24,14 +24,15 @@ connection is gone, which no answer on another connection orders; whoever waits 
 name then looks the unit up until systemd has unloaded it (keepers.py await_unload).
 
 An answer not in after UNREF_TIMEOUT (for both calls) means a slow bus: the holds move to a
-new connection. The old one stays open, unread, until the new one's Refs are all answered,
-and only then is closed (unflushed: a stalled bus is never waited for), which drops its
-references, the late Unref's included: at no moment is a held unit without a reference
-(closing first let systemd collect an ended unit before the new Ref reached it). The
-releases sent on the old connection are done once it is closed; so is one done on the new
-connection meanwhile (the old one may still refer to its unit). While the old connection
-is open nothing else starts a reconnect, so there are at most two. A connection that failed
-(a bus restart) has no reference left to keep: it is closed at once and the holds taken again.
+new connection. The old one stays open, unread, until the new one's Refs are all answered
+and taken, and only then is closed (unflushed: a stalled bus is never waited for), which
+drops its references, the late Unref's included: at no moment is a held unit without a
+reference (closing first let systemd collect an ended unit before the new Ref reached it).
+The releases sent on the old connection are done once it is closed; so is one done on the
+new connection meanwhile (the old one may still refer to its unit). While an old connection
+is open only a Ref not taken on the new one (below) starts another move, the old ones kept,
+so their number stays bounded (MOVES_MAX). A connection that failed (a bus restart) has no
+reference left to keep: it is closed at once and the holds taken again.
 
 A daemon-reexec leaves the connection up, and systemd keeps its references through it, but a
 Ref or Unref it read and did not answer before it re-executed, or sent while it is off the bus,
@@ -40,7 +41,9 @@ systemd counts the Refs of one connection (two need two Unrefs), so neither is s
 the unit stays held or releasing, and the holds move to a new connection as for a late answer
 (an Unref by its UNREF_TIMEOUT, a Ref after MOVE_DELAY): the old connection's close drops
 whatever it held, exactly once. Taking the Unref's answer for a release left the unit loaded
-until sdexec closed its connections (units piling up under a storm of reexecs).
+until sdexec closed its connections (units piling up under a storm of reexecs). After
+MOVES_MAX moves in a row whose Refs were not taken either, the holds stay put (the old
+connections closed) until systemd takes a Ref again.
 """
 
 import errno
@@ -61,6 +64,7 @@ UNREF_TIMEOUT = 1.0  # seconds for systemd's answer to an Unref before the holds
 NOT_TAKEN = frozenset((errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENXIO))
 MOVE_DELAY = 1.0  # seconds after a Ref not taken before the holds move (systemd back by then)
 MOVES_MAX = 20  # moves in a row whose Refs were not taken either, then the holds stay put
+# (the old connections closed) until systemd takes a Ref again
 
 
 class Holds:
@@ -76,9 +80,9 @@ class Holds:
         self._released = []  # (unit, lost) of releases over, their on_released not yet called
         self._user_mode = user_mode
         self._bus = None
-        self._old = None  # a slow connection replaced, open until _bus's Refs are answered
+        self._olds = []  # the connections replaced, open until _bus's Refs are answered, taken
         self._confirming = set()  # cookies of the Refs _open sent on _bus, not answered yet
-        self._after_old = set()  # releasing units done but for the references of _old
+        self._after_old = set()  # releasing units done but for the references of _olds
         self._errors = {}  # cookie -> (member, unit), for the calls sent without waiting
         self.held = set()
         self._handing_over = False
@@ -147,10 +151,10 @@ class Holds:
             self._move_timer.stop()
             self._move_timer.destroy()
             self._move_timer = None
-        for bus in (self._bus, self._old):
+        for bus in [self._bus, *self._olds]:
             if bus is not None:
                 bus.close(flush=False)  # nothing queued matters: closing drops it all
-        self._bus = self._old = None
+        self._bus, self._olds = None, []
         self._confirming.clear()
         for unit in list(self._releasing):
             self._done(unit)
@@ -165,7 +169,7 @@ class Holds:
         """The connection ``unit``'s Unref went on is done with it: released, unless an old
         connection still open (see the module docstring) may refer to it too. ``certain``:
         systemd said so on a connection that stays (else the release is lost)."""
-        if self._old is None:
+        if not self._olds:
             self._done(unit, certain)
             return
         timer, self._releasing[unit] = self._releasing[unit], None
@@ -191,7 +195,7 @@ class Holds:
 
     def _late(self, unit):
         why = f"{unit}: Unref not answered in {UNREF_TIMEOUT:g}s"
-        self._move_holds(self._releasing[unit], UNREF_TIMEOUT, why)
+        self._move_holds(self._releasing[unit], UNREF_TIMEOUT, why, wait=bool(self._olds))
 
     def _not_taken(self, member, unit, text):
         """systemd did not answer ``member`` for ``unit`` before it re-executed: see the
@@ -210,15 +214,18 @@ class Holds:
             self._move_timer.reset(after=MOVE_DELAY)
 
     def _move(self):
-        if self._old is None:
+        """A Ref not taken: the holds move, from a move under way too when that Ref was on
+        its new connection (which is then never sure to refer to the unit)."""
+        wait = bool(self._olds) and not self._untaken  # the move under way may still end
+        if not wait:
             self._moves += 1
-        self._move_holds(self._move_timer, MOVE_DELAY, "units held: a Ref not taken (reexec)")
+        self._move_holds(self._move_timer, MOVE_DELAY, "units held: a Ref not taken (reexec)", wait)
 
-    def _move_holds(self, timer, after, why):
-        """Take every hold again on a new connection, the current one kept open until the
-        new Refs are answered; while such a move is under way, ``timer`` tries again in
-        ``after`` seconds (at most two connections)."""
-        if self._old is not None:
+    def _move_holds(self, timer, after, why, wait):
+        """Take every hold again on a new connection, the current one kept open (with any
+        older one) until the new Refs are answered and taken; ``wait``: a move is under way,
+        and ``timer`` tries again in ``after`` seconds instead."""
+        if wait:
             timer.reset(after=after)
             return
         self._log.warning(f"{why}: reconnecting")
@@ -227,13 +234,14 @@ class Holds:
 
     def _reconnect(self, unit, lost, skip=None):
         """Take every hold but ``skip`` again on a new connection. One ``lost`` is closed (its
-        references went with it); a slow one stays open as the old connection until the new
-        one's Refs are answered (``_confirmed``). The releases in flight are over with it."""
+        references went with it); a slow one stays open as an old connection until the new
+        one's Refs are answered and taken (``_confirmed``). The releases in flight are over
+        with it."""
         self._stop_watcher()
         if lost:
             self._bus.close(flush=False)
         else:
-            self._old = self._bus
+            self._olds.append(self._bus)
         self._bus = None
         for other in list(self._releasing):
             if other not in self._after_old:
@@ -241,15 +249,20 @@ class Holds:
         return self._open(unit, skip)
 
     def _confirmed(self):
-        """Every Ref of the new connection is answered: the old connection goes, and with it
-        the releases that waited for it."""
-        if self._old is not None and not self._confirming:
-            self._old.close(flush=False)
-            self._old = None
-            if not self._untaken:
-                self._moves = 0
-            for unit in list(self._after_old):
-                self._done(unit)
+        """Every Ref of the new connection is answered and taken: the old connections go,
+        and with them the releases that waited for them. One not taken keeps them for the
+        next move; after MOVES_MAX such moves in a row, the holds stay put."""
+        if not self._olds or self._confirming:
+            return
+        if self._untaken and self._moves < MOVES_MAX:
+            return
+        for old in self._olds:
+            old.close(flush=False)
+        self._olds = []
+        if not self._untaken:
+            self._moves = 0
+        for unit in list(self._after_old):
+            self._done(unit)
 
     def _readable(self):
         try:
@@ -271,16 +284,16 @@ class Holds:
             else:
                 cookie = self._bus.send(m)
                 self._errors[cookie] = (member, unit)
-                if member == b"Ref" and self._old is not None:
-                    self._confirming.add(cookie)  # the old connection may refer to it
+                if member == b"Ref" and self._olds:
+                    self._confirming.add(cookie)  # the old connections may refer to it
             self._drain()
             return True
         except OSError as exc:
             if exc.errno not in LOST:  # the unit went before it was held
                 self._log.debug(f"{unit}: {member.decode()} refused: {exc}")
                 return False
-            if exc.errno == errno.ETIMEDOUT and self._old is not None:
-                return True  # sent on the new connection, as slow: the old one stays
+            if exc.errno == errno.ETIMEDOUT and self._olds:
+                return True  # sent on the new connection, as slow: the old ones stay
             self._log.warning(f"{unit}: {member.decode()}: {exc}: taking every hold again")
             lost = exc.errno != errno.ETIMEDOUT
             if self._reconnect(unit, lost, skip) and member == b"Ref" and again:
@@ -343,6 +356,8 @@ class Holds:
                 elif member == b"Ref" and errnum is not None:
                     self.held.discard(unit)
                     self._log.debug(f"{unit}: Ref refused: {text}")
+                elif member == b"Ref" and not self._olds:
+                    self._moves = 0  # systemd takes Refs again: a later reexec moves the holds
                 elif member == b"Unref" and unit in self._releasing:
                     self._look(unit)  # answered before the reference was dropped
                 elif member == b"GetUnit" and unit in self._releasing:

@@ -36,7 +36,13 @@ class Parts:
     def hold(self, unit, wait=False):
         pass
 
+    def release(self, unit):
+        pass
+
     def record(self, unit, keeper):
+        pass
+
+    def forget(self, unit):
         pass
 
     def adopted(self, p, props):

@@ -300,12 +300,57 @@ def test_a_ref_systemd_did_not_take_stays_held_and_is_taken_again(monkeypatch):
     assert holds.held == {"a.service"} and watchers.armed() == []
 
 
-def test_moves_stop_after_too_many_refs_not_taken(monkeypatch):
+def moves_given_up(monkeypatch):
+    """a.service held, and MOVES_MAX moves in a row whose Refs were not taken either:
+    (holds, world, watchers)."""
     holds, world, watchers, _ = on_fake_bus(monkeypatch)
     world.not_taken = {"Ref"}
     holds.hold("a.service")
     for _ in range(holds_mod.MOVES_MAX):
         watchers.armed()[0].fire()
         watchers.fds[-1].fire()
+    return holds, world, watchers
+
+
+def test_moves_stop_after_too_many_refs_not_taken(monkeypatch):
+    holds, world, watchers = moves_given_up(monkeypatch)
     assert watchers.armed() == [] and len(world.buses) == holds_mod.MOVES_MAX + 1
     assert holds.held == {"a.service"}
+    assert [bus.closed for bus in world.buses] == [True] * holds_mod.MOVES_MAX + [False]
+
+
+def test_a_move_keeps_the_old_connection_until_a_new_one_s_refs_are_taken(monkeypatch):
+    """Review 2026-12c finding 6a: a Ref on the new connection answered by the bus (systemd
+    re-executing again) counted as answered, and the old connection, the one reference
+    systemd surely had, was closed. It stays open until a move's Refs are all taken."""
+    holds, world, watchers, _ = on_fake_bus(monkeypatch)
+    holds.hold("a.service")  # taken on connection 1
+    world.not_taken = {"Ref"}
+    holds.hold("b.service")
+    watchers.armed()[0].fire()  # the holds move to connection 2, whose Refs are not taken
+    watchers.fds[-1].fire()
+    assert [e for e in world.events if e[0] == "close"] == [], "closed before a Ref was taken"
+    world.not_taken = set()
+    [timer] = watchers.armed()
+    timer.fire()  # the holds move again, to connection 3: both Refs taken
+    assert [e for e in world.events if e[0] == "close"] == []
+    watchers.fds[-1].fire()
+    opened = world.since(("open", 3))
+    assert sorted(opened[:2]) == [("Ref", "a.service", 3), ("Ref", "b.service", 3)]
+    assert opened[2:] == [("close", 1), ("close", 2)]
+    assert holds.held == {"a.service", "b.service"} and watchers.armed() == []
+
+
+def test_moves_resume_once_systemd_takes_a_ref_again(monkeypatch):
+    """Review 2026-12c finding 6b: once MOVES_MAX moves took no Ref, no move ever started
+    again: a reexec weeks later left its Refs not taken for the module's life."""
+    holds, world, watchers = moves_given_up(monkeypatch)
+    assert watchers.armed() == []
+    world.not_taken = set()
+    holds.hold("b.service")  # systemd is back
+    world.not_taken = {"Ref"}
+    holds.hold("c.service")  # the next reexec
+    assert len(watchers.armed()) == 1, "no move armed for a Ref not taken"
+    world.not_taken = set()
+    watchers.armed()[0].fire()
+    assert ("open", holds_mod.MOVES_MAX + 2) in world.events
