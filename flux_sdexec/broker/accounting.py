@@ -211,10 +211,12 @@ class Accounting:
 
     def answer(self, msg):
         """``sdexec.usage {"jobid"?: f58plain}``: the records of this rank's job shells (all
-        processes without ``jobid``), read now for the running ones."""
-        from flux_sdexec.broker.messages import payload_of  # flux's: not in the unit tier
+        processes without ``jobid``), read now for the running ones.
 
-        want = payload_of(msg, "usage").get("jobid")
+        Raises:
+            RequestError: EPROTO, a payload that is no JSON object.
+        """
+        want = _request(msg, "usage").get("jobid")
         procs = [self._now(p, acct) for p, acct in self._accounts(want)]
         self.responder.respond(msg, {"rank": self.rank, "host": self.host, "procs": procs})
 
@@ -225,12 +227,10 @@ class Accounting:
         why}}``, answered once all are in or ``wait`` (default LIVE_WAIT_S) has passed.
 
         Raises:
-            RequestError: EPROTO, no f58plain ``jobid`` or a ``wait`` not in
-                (0, LIVE_WAIT_MAX_S].
+            RequestError: EPROTO, a payload that is no JSON object, no f58plain ``jobid``
+                (one that fits 64 bits) or a ``wait`` not in (0, LIVE_WAIT_MAX_S].
         """
-        from flux_sdexec.broker.messages import payload_of  # flux's: not in the unit tier
-
-        body = payload_of(msg, "usage-live")
+        body = _request(msg, "usage-live")
         plain, wait = body.get("jobid"), body.get("wait", LIVE_WAIT_S)
         if not is_f58plain(plain):
             raise RequestError(errno.EPROTO, f"usage-live: jobid {plain!r} is not an f58plain id")
@@ -323,6 +323,20 @@ class Accounting:
         if acct.job is not None:
             memory_max = p.cmd.opts.get(PREFIX + "MemoryMax")
             self.jobs.shell_ended(acct.job, p.unit.name, read, memory_max, check)
+
+
+def _request(msg, verb):
+    """The payload of request ``msg`` (``sdexec.<verb>``), a JSON object.
+
+    Raises:
+        RequestError: EPROTO, no JSON object (as flux-core's unpack of ``{...}`` fails).
+    """
+    from flux_sdexec.broker.messages import payload_of  # flux's: not in the unit tier
+
+    body = payload_of(msg, verb)
+    if not isinstance(body, dict):
+        raise RequestError(errno.EPROTO, f"malformed {verb} request")
+    return body
 
 
 class _Account:
