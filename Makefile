@@ -39,8 +39,8 @@ DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sh
 PIP_DEPS := vermin
 
 .PHONY: check check-unit check-systemd check-flux check-chaos check-site check-upstream chaos \
-	nodes-chaos deps flux-security flux-core install demo lint man setup-check site-up site-down \
-	vm check-v2
+	nodes-chaos deps flux-security flux-core install install-reconnect demo lint man setup-check \
+	site-up site-down vm check-v2
 
 check: setup-check check-unit check-systemd check-flux check-chaos check-site check-v2
 
@@ -156,20 +156,24 @@ doc/man5/%.5: doc/man5/%.rst
 # a distribution's python3 is "externally managed": pip as root installs into /usr/local),
 # the module files, and `flux sdexec` in flux-core's command directory, asked of flux
 # itself (or pkg-config); FLUX_CMD_DIR=... overrides.
-install: man
+install: man install-reconnect
 	@test -n "$(FLUX_CMD_DIR)" || { echo "install: cannot find flux's command directory" \
 		"(no flux on PATH, no flux-core.pc); set FLUX_CMD_DIR" >&2; exit 1; }
 	PIP_BREAK_SYSTEM_PACKAGES=1 $(FLUX_PYTHON) -m pip install --root-user-action=ignore .
 	install -D -m 0644 flux_sdexec/modules/sdexec.py $(DESTDIR)$(MODULE_DIR)/sdexec.py
 	install -D -m 0644 flux_sdexec/modules/sdexec-mapper.py $(DESTDIR)$(MODULE_DIR)/sdexec-mapper.py
 	install -D -m 0755 cmd/flux-sdexec.py $(DESTDIR)$(FLUX_CMD_DIR)/flux-sdexec.py
-	@test -n "$(FLUX_SHELL)" || { echo "install: cannot find flux's job shell" \
-		"(flux config builtin shell_path); set FLUX_SHELL" >&2; exit 1; }
-	sed 's|@FLUX_SHELL@|$(FLUX_SHELL)|' cmd/flux-shell-reconnect.in >flux-shell-reconnect.tmp
-	install -D -m 0755 flux-shell-reconnect.tmp $(DESTDIR)$(MODULE_DIR)/flux-shell-reconnect
-	rm -f flux-shell-reconnect.tmp
 	install -D -m 0644 doc/man1/flux-sdexec.1 $(DESTDIR)$(MANDIR)/man1/flux-sdexec.1
 	install -D -m 0644 doc/man5/flux-config-sdexec.5 $(DESTDIR)$(MANDIR)/man5/flux-config-sdexec.5
+
+# flux-shell-reconnect with flux's job shell (FLUX_SHELL) in it, quoted: a site names it in the
+# IMP's allowed-shells, so as root it is installed root's, and refused (before anything else
+# is installed) where a directory on its path is writable by another user
+# (scripts/install-reconnect.sh). Each value goes to the script single-quoted (shquote).
+shquote = '$(subst ','\'',$(1))'
+install-reconnect:
+	scripts/install-reconnect.sh cmd/flux-shell-reconnect.in $(call shquote,$(FLUX_SHELL)) \
+		$(call shquote,$(DESTDIR)) $(call shquote,$(MODULE_DIR)/flux-shell-reconnect)
 
 # The site tier: the sharness tests in t/site/ against a site brought up for them (and taken
 # down after, also on failure). One SKIP line, saying why, where this machine cannot run it (not

@@ -123,8 +123,10 @@ class Accounting:
         stop or be reset, or left to the sweeper: stop the slice (a unit let go while
         active, kept for the next sdexec or abandoned, keeps its slice: the sdexec that stops
         it later stops the slice; a stopping one is sent nothing at unload, and no input
-        comes after); its process seen alive (and not exited: its pid may be another's now):
-        learn where slices are."""
+        comes after; one handed over keeps it even when stopping: an IMP's unit between
+        its STOPPING=1 and its exit, whose usage the next sdexec reads from the slice);
+        its process seen alive (and not exited: its pid may be another's now): learn
+        where slices are."""
         acct = self.accounts.get(p)
         if acct is None:
             return
@@ -135,7 +137,8 @@ class Accounting:
                 acct.unchecked = False
                 swept = p.unit.name in self.sweeper  # its start unanswered, say
                 sent = p.calls.stop_sent or p.calls.reset_sent
-                if (p.unit.gone or p.unit.stopping or sent or swept) and not acct.stopped:
+                going = p.unit.gone or p.unit.stopping or sent or swept
+                if going and not acct.stopped and not acct.handed_over:
                     acct.stopped = True
                     self.stop_slice(acct.slice)
             if self.parent is None and p.unit.pid and not p.unit.finished:
@@ -195,12 +198,25 @@ class Accounting:
         accounts = (self.accounts.get(p) for p in procs)
         return {acct.slice for acct in accounts if acct is not None}
 
+    def hand_over(self, procs):
+        """At unload, before the last inputs: the slices of ``procs``, the processes handed
+        over to the next sdexec, stay with their units (``reached`` stops none of them);
+        returns them (``slices``)."""
+        procs = list(procs)
+        for p in procs:
+            acct = self.accounts.get(p)
+            if acct is not None:
+                acct.handed_over = True
+        return self.slices(procs)
+
     def answer(self, msg):
         """``sdexec.usage {"jobid"?: f58plain}``: the records of this rank's job shells (all
-        processes without ``jobid``), read now for the running ones."""
-        from flux_sdexec.broker.messages import payload_of  # flux's: not in the unit tier
+        processes without ``jobid``), read now for the running ones.
 
-        want = payload_of(msg, "usage").get("jobid")
+        Raises:
+            RequestError: EPROTO, a payload that is no JSON object.
+        """
+        want = _request(msg, "usage").get("jobid")
         procs = [self._now(p, acct) for p, acct in self._accounts(want)]
         self.responder.respond(msg, {"rank": self.rank, "host": self.host, "procs": procs})
 
@@ -211,12 +227,10 @@ class Accounting:
         why}}``, answered once all are in or ``wait`` (default LIVE_WAIT_S) has passed.
 
         Raises:
-            RequestError: EPROTO, no f58plain ``jobid`` or a ``wait`` not in
-                (0, LIVE_WAIT_MAX_S].
+            RequestError: EPROTO, a payload that is no JSON object, no f58plain ``jobid``
+                (one that fits 64 bits) or a ``wait`` not in (0, LIVE_WAIT_MAX_S].
         """
-        from flux_sdexec.broker.messages import payload_of  # flux's: not in the unit tier
-
-        body = payload_of(msg, "usage-live")
+        body = _request(msg, "usage-live")
         plain, wait = body.get("jobid"), body.get("wait", LIVE_WAIT_S)
         if not is_f58plain(plain):
             raise RequestError(errno.EPROTO, f"usage-live: jobid {plain!r} is not an f58plain id")
@@ -311,11 +325,34 @@ class Accounting:
             self.jobs.shell_ended(acct.job, p.unit.name, read, memory_max, check)
 
 
+def _request(msg, verb):
+    """The payload of request ``msg`` (``sdexec.<verb>``), a JSON object.
+
+    Raises:
+        RequestError: EPROTO, no JSON object (as flux-core's unpack of ``{...}`` fails).
+    """
+    from flux_sdexec.broker.messages import payload_of  # flux's: not in the unit tier
+
+    body = payload_of(msg, verb)
+    if not isinstance(body, dict):
+        raise RequestError(errno.EPROTO, f"malformed {verb} request")
+    return body
+
+
 class _Account:
     """One process's accounting, written by Accounting alone: its slice, its usage once
     read, and where the adopted job shell's lookup and the slice's stop are."""
 
-    __slots__ = ("slice", "job", "usage", "unchecked", "exited_at", "check", "stopped")
+    __slots__ = (
+        "slice",
+        "job",
+        "usage",
+        "unchecked",
+        "exited_at",
+        "check",
+        "stopped",
+        "handed_over",
+    )
 
     def __init__(self, name, job):
         self.slice = name  # the accounting slice it runs in
@@ -325,6 +362,7 @@ class _Account:
         self.exited_at = None  # when it exited, from systemd (adopted), epoch seconds
         self.check = None  # the _Check of its job's record in flight
         self.stopped = False  # its slice's stop was sent
+        self.handed_over = False  # its unit is left to the next sdexec at unload: the slice too
 
     def usage_json(self):
         """The JSON of its usage, or None while unknown."""

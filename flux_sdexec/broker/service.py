@@ -297,7 +297,7 @@ class SdexecService:
             for p in self.registry
             if p.cmd.stop_timer_sec is not None
         }
-        slices = self.accounting.slices(p for p in self.registry if p.unit.name in keep)
+        slices = self.accounting.hand_over(p for p in self.registry if p.unit.name in keep)
         # 3. the state machine answers its requests and sends the stops; the references
         # and keepers of the units kept stay until the guard holds them
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper

@@ -24,13 +24,14 @@ class Answer:
         self.error = None
 
 
-def add_output_options(sub):
-    """``-o text|json`` and ``-t SECONDS`` (how long to wait for the ranks), as every query has."""
+def add_output_options(sub, timeout_type=float):
+    """``-o text|json`` and ``-t SECONDS`` (how long to wait for the ranks), as every query
+    has; ``timeout_type`` parses the seconds (argparse's ``type``)."""
     sub.add_argument("-o", "--output", choices=("text", "json"), default="text")
     sub.add_argument(
         "-t",
         "--timeout",
-        type=float,
+        type=timeout_type,
         default=5.0,
         metavar="SECONDS",
         help="how long to wait for the ranks' answers (default 5)",

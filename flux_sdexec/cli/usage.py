@@ -5,11 +5,13 @@ rank 0's sdexec once every rank's record came up the tree (``usage/job_usage.py`
 same record whose totals are the job's memo (``flux jobs -o '{user.sdexec.cpu}'``). While
 some rank has no record there, the job's running ranks are gathered up the tree
 (``sdexec.usage-live`` to rank 0): each rank's figures read now, a rank that did not answer
-in time marked missing. ``--watch`` gathers them again every INTERVAL seconds and shows
-each rank's CPU% since the last look, until the job's record is complete or ^C. Exit
-status 1 if a job has no record.
+in time marked missing (rank 0 waits ``-t`` less one second, at most the broker's
+LIVE_WAIT_MAX_S; each level down LIVE_STEP_S less). ``--watch`` gathers them again every
+INTERVAL seconds and shows each rank's CPU% since the last look, until the job's record is
+complete or ^C. Exit status 1 if a job has no record.
 """
 
+import argparse
 import json
 import sys
 import time
@@ -20,6 +22,12 @@ from flux.job import JobID
 
 from flux_sdexec.cli import ask, usagerows
 from flux_sdexec.core.usage_record import kvs_dir, total
+from flux_sdexec.usage.job_usage import LIVE_STEP_S, LIVE_WAIT_MAX_S
+
+# The least -t: the tree then waits 1 s at rank 0, and four levels each wait LIVE_STEP_S less
+# than the one above. Below it the levels below rank 0 all get LIVE_STEP_S (the broker's
+# floor), so a child's answer comes after its parent's deadline.
+MIN_TIMEOUT_S = 1 + 4 * LIVE_STEP_S
 
 
 def register(subparsers):
@@ -45,8 +53,27 @@ def register(subparsers):
         metavar="SECONDS",
         help="seconds between two looks with --watch (default 2)",
     )
-    ask.add_output_options(sub)
+    ask.add_output_options(sub, timeout_type=seconds)
     sub.set_defaults(func=run)
+
+
+def seconds(text):
+    """``-t``'s seconds (argparse's ``type``: its name is in the error for a non-number),
+    refused under MIN_TIMEOUT_S."""
+    value = float(text)
+    if not value >= MIN_TIMEOUT_S:  # nan too
+        raise argparse.ArgumentTypeError(
+            f"{text} is too short: at least {MIN_TIMEOUT_S:g} s (the tree below rank 0 waits"
+            f" one second less, {LIVE_STEP_S:g} s less at each level down)"
+        )
+    return value
+
+
+def live_wait(timeout):
+    """What rank 0's ``sdexec.usage-live`` may wait for the tree, the client waiting
+    ``timeout``: a second less (for the answer to come back), at most LIVE_WAIT_MAX_S (the
+    broker refuses more with EPROTO)."""
+    return min(timeout - 1, LIVE_WAIT_MAX_S)
 
 
 def _kept(h, jobid):
@@ -77,7 +104,7 @@ def records(h, jobid, timeout):
     kept = _kept(h, jobid)
     others = [r for r in _ranks(h, jobid) if r not in kept]
     if others:
-        payload = {"jobid": jobid.f58plain, "wait": max(timeout - 1, timeout / 2)}
+        payload = {"jobid": jobid.f58plain, "wait": live_wait(timeout)}
         live = ask.ask_all(h, "sdexec.usage-live", [0], payload, timeout)[0]
         if live.error:
             body = {"missing": {str(r): live.error[1] for r in others}}

@@ -118,3 +118,14 @@ def test_an_f58plain_id_is_f_then_base58_digits_alone():
     assert is_f58plain("f2Xz9") and is_f58plain("fhihGvK")
     for bad in ("", "f", "2Xz9", "f2Xz0", "fOO", "f2Xz9 ", "ƒ2Xz9", None, 12):
         assert not is_f58plain(bad), bad
+
+
+def test_a_job_id_that_does_not_fit_64_bits_is_none():
+    """flux's job ids are 64 bits: the largest is ``fjpXCZedGfVQ``; one more (or any longer
+    id) is no job's, not the job whose KVS key its last 64 bits make (review 3 #11)."""
+    largest, beyond = "fjpXCZedGfVQ", "fjpXCZedGfVR"  # 2^64 - 1, 2^64
+    assert is_f58plain(largest) and job_id(f"shell-0-{largest}") == largest
+    for bad in (beyond, "f" + "z" * 12, "f2" + "1" * 20):
+        assert not is_f58plain(bad), bad
+        assert job_id(f"shell-0-{bad}") is None, bad
+        assert job_id(f"imp-shell-3-{bad}-3:t1234abcd.service") is None, bad

@@ -31,6 +31,8 @@ from flux_sdexec.usage.cgroup_usage import accounting_slice  # noqa: E402
 from flux_sdexec.core.errors import UnitError  # noqa: E402
 from flux_sdexec.core.naming import UnitNamer  # noqa: E402
 from flux_sdexec.core.registry import Registry  # noqa: E402
+from flux_sdexec.core.events import UnitChanged  # noqa: E402
+from flux_sdexec.core.states import ProcState  # noqa: E402
 
 UNIT = "imp-shell-0-fA1:tb.service"
 SLICE = accounting_slice(UNIT, "0a1b2c3d")
@@ -168,6 +170,30 @@ def test_the_slice_of_a_unit_on_its_way_out_at_unload_is_stopped(monkeypatch):
     svc.accounting.adopted(p, {"Slice": own})
     svc.unload(handoff.RUN_STATE)
     assert stops(bridge, own) == [("StopUnit", own)]
+
+
+def test_the_slice_of_a_kept_unit_on_its_way_out_at_unload_is_not_stopped(monkeypatch):
+    """An IMP's unit between STOPPING=1 and its exit (deactivating, its process running)
+    at a ``flux sdexec upgrade``: handed over to the next sdexec, so its slice stays with
+    it. A stop of the slice would reach the kept unit, and the next sdexec would read the
+    job's usage from a removed slice (review 3 #7)."""
+    monkeypatch.setattr(teardown, "time", Clock())
+    bridge = UnloadBridge()
+    svc = service(bridge)
+    unit = UnitNamer("tb", 0, False).name("imp-shell-0-fA1")  # the service's namer's
+    own = accounting_slice(unit, "0a1b2c3d")
+    p = new(
+        ["sh"], label="imp-shell-0-fA1", background=True, waitable=True, adopted=True, unit=unit
+    )
+    svc.registry.add(p)
+    svc.accounting.adopted(p, {"Slice": own})
+    running = {"ActiveState": "active", "SubState": "running", "ExecMainPID": 9}
+    svc.feed(p, UnitChanged(running))
+    svc.feed(p, UnitChanged({"ActiveState": "deactivating", "SubState": "stop-sigterm"}))
+    assert p.state is ProcState.RUNNING and p.unit.stopping
+    assert handoff.units_to_keep(svc.registry, handoff.KEEP_WAITABLE, handoff.RUN_STATE) == {unit}
+    svc.unload(handoff.RUN_STATE)
+    assert stops(bridge, own) == []
 
 
 # ---- the next sdexec's load ----

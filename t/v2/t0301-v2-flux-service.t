@@ -39,7 +39,18 @@ test_expect_success 'make install, as a site does' '
 	prod_install &&
 	test -f $PROD_PREFIX/libexec/flux-sdexec/sdexec.py &&
 	test -x $PROD_SHELL &&
-	grep -x "exec $PROD_LIBEXEC/flux-shell --reconnect \"\$@\"" $PROD_SHELL
+	grep -x "exec '"'"'$PROD_LIBEXEC/flux-shell'"'"' --reconnect \"\$@\"" $PROD_SHELL
+'
+# The reconnecting shell is in the IMP's allowed-shells: it and each directory above it are
+# root's and not group- or other-writable (review 3 #13).
+test_expect_success 'the installed flux-shell-reconnect and its directories are root'"'"'s alone' '
+	p=$PROD_SHELL &&
+	while :; do
+		test "$(stat -c %U "$p")" = root &&
+		test $((0$(stat -c %a "$p") & 022)) = 0 || { echo "$p: $(stat -c "%U %a" "$p")"; return 1; }
+		test "$p" = / && break
+		p=$(dirname "$p")
+	done
 '
 test_expect_success 'the site: users, munge, the IMP, the instance config (bulk-exec, containment)' '
 	prod_site &&
