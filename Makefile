@@ -23,7 +23,8 @@ MAN_PAGES := $(patsubst %.rst,%.1,$(wildcard doc/man1/*.rst)) \
 # flux-security, then flux-core (configured with --with-flux-security and FLUX_PYTHON when
 # given, else /usr/bin/python3: not the interpreter of a flux-core already there), from release
 # tarballs; flux-core's build tree (FLUX_CORE_BUILD, default /var/tmp/flux-sdexec/<tarball
-# name>) serves check-upstream.
+# name>) serves check-upstream and check-v2, which build it first when it is missing
+# (scripts/setup.sh flux-tree: as root on Debian, else they name the command).
 FLUX_SECURITY_TARBALL ?=
 FLUX_CORE_TARBALL ?=
 export PYTHON FLUX_CORE_TARBALL FLUX_SECURITY_TARBALL
@@ -121,7 +122,7 @@ nodes-chaos:
 
 check-upstream:
 	@echo "== flux-core's own sdexec suites against our modules"
-	@scripts/prereqs.sh systemd python
+	@scripts/setup.sh systemd python flux-tree
 	eval "$$(t/start-user-systemd.sh)" && scripts/check-upstream.sh
 
 # Debian packages the module, the tests and the demo need, and vermin (pip, for the
@@ -204,22 +205,22 @@ check-site:
 # two fresh copies of it side by side (scripts/vm/check-v2.sh) and runs t/v2/tier.sh there:
 # flux-core's sdexec, sdmon and containment suites in one, our layout-dependent tests and the
 # production instance under flux.service in the other. One
-# SKIP line where this machine cannot run a guest; in CI (CI=true) that is a failure.
-FLUX_CORE_BUILD ?= $(patsubst %/.flux-sdexec-built,%,$(firstword $(shell ls -td \
-	/var/tmp/flux-sdexec/*/.flux-sdexec-built 2>/dev/null)))
+# SKIP line where this machine cannot run a guest; in CI (CI=true) that is a failure. Without
+# flux-core's build tree (FLUX_CORE_BUILD, else the newest make flux-core kept) make vm builds
+# it first (make flux-core, from the tarball scripts/tarball.sh finds; it installs nothing).
 V2_TIMEOUT ?= 1800
 vm:
 	scripts/vm/build.sh
 
 check-v2:
-	@why=$$(scripts/vm/build.sh --why-not); \
+	@why=$$(scripts/vm/build.sh --why-not) || \
+		why="scripts/vm/build.sh --why-not failed (exit $$?): run it to see why"; \
 	if [ -n "$$why" ]; then \
 		if [ "$${CI:-}" = true ]; then echo "FAIL: v2 tier cannot run: $$why"; exit 1; fi; \
 		echo "SKIP: v2 tier: $$why"; \
 	else \
 		echo "== tier: v2 guest (systemd as pid 1, unified cgroup v2, flux.service)"; \
-		scripts/vm/build.sh && \
-		FLUX_CORE_BUILD=$(FLUX_CORE_BUILD) V2_TIMEOUT=$(V2_TIMEOUT) scripts/vm/check-v2.sh; \
+		scripts/vm/build.sh && V2_TIMEOUT=$(V2_TIMEOUT) scripts/vm/check-v2.sh; \
 	fi
 
 # The site harness (t/site/, doc/guide/install.md, "Deploying at a site"): as root, a system instance owned by

@@ -3,7 +3,8 @@
 # against this checkout's modules.
 #
 #   FLUX_CORE_BUILD   the build tree (default: the newest one `make flux-core` kept under
-#                     /var/tmp/flux-sdexec)
+#                     /var/tmp/flux-sdexec; `make check-upstream` builds one first when there
+#                     is none, scripts/setup.sh flux-tree)
 #   UPSTREAM_SUITES   which suites (default: the sdexec ones below)
 #   UPSTREAM_RESULTS  where each suite's log goes (default t/upstream-results)
 #
@@ -16,9 +17,10 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 SUITES=${UPSTREAM_SUITES:-"t2409-sdexec t2410-sdexec-memlimit t2411-sdexec-job t2415-sdexec-device
     t2416-sdexec-constrain-resources t2420-job-exec-bgexec-sdexec t2421-sdexec-bg"}
 die() { echo "check-upstream: $*" >&2; exit 1; }
-BUILD=${FLUX_CORE_BUILD:-$(ls -td /var/tmp/flux-sdexec/*/.flux-sdexec-built 2>/dev/null | head -1)}
-BUILD=${BUILD%/.flux-sdexec-built}
-[ -n "$BUILD" ] || die "no flux-core build tree: run make flux-core FLUX_CORE_TARBALL=..., or set FLUX_CORE_BUILD"
+# shellcheck source=scripts/build-lib.sh
+. "$repo/scripts/build-lib.sh"
+BUILD=$(flux_core_build)
+[ -n "$BUILD" ] || die "$(flux_core_no_build): run make flux-core, or set FLUX_CORE_BUILD"
 [ -x "$BUILD/src/cmd/flux" ] && [ -d "$BUILD/t" ] || die "$BUILD is not a built flux-core tree"
 libs="$BUILD/src/modules/.libs"
 aside="$BUILD/.flux-sdexec-aside"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # make flux-core: build and install flux-core (with systemd support) from a release tarball.
 #
-#   FLUX_CORE_TARBALL  path of a flux-core release tarball (made by flux-core's `make dist`)
+#   FLUX_CORE_TARBALL  path of a flux-core release tarball (made by flux-core's `make dist`);
+#                      default: the one scripts/tarball.sh picks (../shared/vendor, the URL)
 #   FLUX_CORE_SHA256   its expected sha256 (optional; checked when given)
 #   FLUX_CORE_BUILD    where the build tree is kept, for `make check-upstream`
 #                      (default /var/tmp/flux-sdexec/<tarball name without .tar.gz>)
@@ -13,9 +14,13 @@
 # run make flux-security first.
 #
 # Does nothing when a flux-core >= FLUX_CORE_MIN_VERSION with systemd support, running FLUX_PYTHON
-# and (when flux-security is installed) built with it, is installed under the prefix and, if a
-# tarball is named, its build tree is complete. An installed one that differs is rebuilt.
+# and (when flux-security is installed) built with it, is installed under the prefix and its
+# build tree is complete (the tarball's when one is named, else FLUX_CORE_BUILD or any kept).
+# Installed but with no build tree: builds the tree, installs nothing. An installed one that
+# differs is rebuilt.
 set -euo pipefail
+# shellcheck source=scripts/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
 
 MIN_VERSION=${FLUX_CORE_MIN_VERSION:-0.88.0}
 PREFIX=${FLUX_CORE_PREFIX:-/usr/local}
@@ -64,22 +69,28 @@ if [ -n "$why" ]; then
     have=
 fi
 if [ -z "$TARBALL" ]; then
-    [ -n "$have" ] && { say "flux-core $have (+systemd) is installed in $PREFIX: nothing to do"; exit 0; }
-    die "no flux-core >= $MIN_VERSION with systemd support in $PREFIX; set FLUX_CORE_TARBALL=<release tarball>"
+    if [ -n "$have" ]; then
+        tree=$(flux_core_build)
+        if flux_core_built "$tree"; then
+            say "flux-core $have (+systemd) is installed in $PREFIX and $tree is built: nothing to do"
+            exit 0
+        fi
+    fi
+    TARBALL=$("$(dirname "$0")/tarball.sh" flux-core) ||
+        die "${have:+flux-core $have is installed, but $(flux_core_no_build), and }no flux-core" \
+            "release tarball to build from (above): set FLUX_CORE_TARBALL=<release tarball>"
 fi
 [ -f "$TARBALL" ] || die "FLUX_CORE_TARBALL=$TARBALL: no such file"
 TARBALL=$(cd "$(dirname "$TARBALL")" && pwd)/$(basename "$TARBALL")
-name=$(basename "$TARBALL" .tar.gz)
-BUILD=${FLUX_CORE_BUILD:-/var/tmp/flux-sdexec/$name}
-stamp="$BUILD/.flux-sdexec-built"
+BUILD=$(flux_core_build_for "$TARBALL")
 
-if [ -n "$have" ] && [ -f "$stamp" ]; then
+if [ -n "$have" ] && flux_core_built "$BUILD"; then
     say "flux-core $have (+systemd) is installed in $PREFIX and $BUILD is built: nothing to do"
     exit 0
 fi
+[ -z "$have" ] || say "flux-core $have (+systemd) is installed in $PREFIX, but there is no build tree" \
+    "at $BUILD (check-upstream and the v2 tier need one): building it, installing nothing"
 
-# shellcheck source=scripts/build-lib.sh
-. "$(dirname "$0")/build-lib.sh"
 check_sha256 "$TARBALL" "${FLUX_CORE_SHA256:-}" FLUX_CORE_SHA256
 # shellcheck disable=SC2086
 install_build_deps $DEB_DEPS
@@ -114,5 +125,5 @@ if [ -z "$have" ]; then
     have=$(installed_version) || die "installed, but $PREFIX/bin/flux version does not show +systemd"
     say "installed flux-core $have in $PREFIX"
 fi
-sha256sum <"$TARBALL" | cut -d' ' -f1 >"$stamp"  # what was built: the v2 guest's image hashes it
+sha256sum <"$TARBALL" | cut -d' ' -f1 >"$BUILD/.flux-sdexec-built"  # what was built: the v2 guest's image hashes it
 say "built in $((SECONDS - start)) s; build tree kept at $BUILD (FLUX_CORE_BUILD for make check-upstream)"

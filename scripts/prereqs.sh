@@ -1,15 +1,19 @@
 #!/bin/bash
 # Check what a make target needs and name the command that provides what is missing.
 #
-# Usage: scripts/prereqs.sh python|systemd|flux|sharness|vm ...
+# Usage: scripts/prereqs.sh python|systemd|flux|flux-tree|sharness|vm ...
 #   python    the tests' PYTHON imports pystemd, pytest and cffi, and flux's interpreter
 #             (FLUX_PYTHON, default what `flux python` runs), which runs our module, pystemd and cffi
 #   systemd   the binaries t/start-user-systemd.sh starts (systemd --user, dbus-daemon)
 #   flux      flux-core >= 0.88 with systemd support on PATH, its interpreter one every user can run
+#   flux-tree flux-core's build tree, which check-upstream and the v2 tier run flux-core's tests
+#             from (FLUX_CORE_BUILD, else the newest make flux-core kept; scripts/build-lib.sh)
 #   sharness  Debian's sharness library and prove
 #   vm        qemu, qemu-img, mmdebstrap and file, which build and boot the v2 guest (make vm)
 # Exits 1 after listing every missing piece; prints nothing when all is there.
 set -u
+# shellcheck source=scripts/build-lib.sh
+. "$(dirname "$0")/build-lib.sh"
 FLUX_PYTHON=${FLUX_PYTHON:-$(flux python -c 'import sys; print(sys.executable)' 2>/dev/null ||
     echo /usr/bin/python3)}
 PYTHON=${PYTHON:-$FLUX_PYTHON}
@@ -69,6 +73,11 @@ for what in "$@"; do
             need "flux-core built with a Python every user can run ($py is not)" \
                 "make flux-core FLUX_CORE_TARBALL=<tarball>  (rebuilds it on /usr/bin/python3)"
         fi
+        ;;
+    flux-tree)
+        flux_core_built "$(flux_core_build)" ||
+            need "$(flux_core_no_build) (check-upstream and the v2 tier run flux-core's tests from it)" \
+                "make flux-core  (builds the tree from the release tarball; an installed flux-core is kept)"
         ;;
     sharness)
         [ -f /usr/share/sharness/sharness.sh ] && command -v prove >/dev/null ||

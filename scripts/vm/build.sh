@@ -12,12 +12,16 @@
 #
 # The image is rebuilt only when an input changes: this script, scripts/vm/packages,
 # scripts/vm/guest/* and the two tarballs' sha256 (its inputs' hash is in VM_DIR/stamp).
-# `--force` rebuilds anyway; `--inputs` prints the hash and exits; `--why-not` prints why this
-# machine cannot build and run the guest (nothing when it can).
+# `--force` rebuilds anyway; `--inputs` prints the hash and exits; `--why-not` prints, on one
+# line, why this machine cannot build and run the guest and what to run (nothing when it can).
+# With no flux-core build tree it first builds one from the flux-core tarball
+# (scripts/setup.sh flux-tree: `make flux-core`, which installs nothing); no tree and no
+# tarball is a why-not.
 #
 #   VM_DIR           where the image lives (default /var/tmp/flux-sdexec/v2vm): disk.img (a
 #                    sparse 6 GB ext4), vmlinuz, initrd.img, stamp, build.log
 #   FLUX_CORE_BUILD  flux-core's build tree (default: the newest `make flux-core` kept)
+#   SETUP_UID, SETUP_DEBIAN  stand in for `id -u` and the system in tests (as scripts/setup.sh's)
 #
 # Needs root, mmdebstrap and Debian's apt sources (make deps installs mmdebstrap and qemu).
 set -euo pipefail
@@ -34,21 +38,28 @@ case ${1:-} in
 *) die "usage: scripts/vm/build.sh [--force|--inputs|--why-not]" ;;
 esac
 
+# shellcheck source=scripts/build-lib.sh
+. "$top/scripts/build-lib.sh"
 security_tarball=$("$top/scripts/tarball.sh" flux-security 2>/dev/null) || security_tarball=
-core_build=${FLUX_CORE_BUILD:-$(ls -td /var/tmp/flux-sdexec/*/.flux-sdexec-built 2>/dev/null | head -1)}
-core_build=${core_build%/.flux-sdexec-built}
+core_build=$(flux_core_build)
 
-why_not() {  # why this machine cannot build and boot the guest, or nothing
-    [ "$(id -u)" = 0 ] || { echo "not root (mmdebstrap, chroot and mkfs need root)"; return; }
-    command -v apt-get >/dev/null && [ -f /etc/debian_version ] ||
+why_not() {  # why this machine cannot build and boot the guest and what to run, or nothing
+    [ "${SETUP_UID:-$(id -u)}" = 0 ] ||
+        { echo "not root (mmdebstrap, chroot and mkfs need root): run make check-v2 as root"; return; }
+    command -v apt-get >/dev/null && [ -f "${SETUP_DEBIAN:-/etc/debian_version}" ] ||
         { echo "not Debian (the guest is made from this machine's Debian apt sources)"; return; }
     for cmd in mmdebstrap qemu-system-x86_64 qemu-img file; do
-        command -v $cmd >/dev/null || { echo "$cmd is not installed (make deps)"; return; }
+        command -v $cmd >/dev/null || { echo "$cmd is not installed: run make deps"; return; }
     done
-    [ -n "$security_tarball" ] ||
-        { echo "no flux-security tarball (scripts/tarball.sh flux-security says why)"; return; }
-    [ -n "$core_build" ] && [ -f "$core_build/.flux-sdexec-built" ] ||
-        echo "no flux-core build tree (make flux-core)"
+    [ -n "$security_tarball" ] || {
+        echo "no flux-security tarball (scripts/tarball.sh flux-security says why):" \
+            "run make check-v2 FLUX_SECURITY_TARBALL=<flux-security release tarball>"
+        return
+    }
+    # No build tree is built first (below), from the tarball scripts/tarball.sh finds.
+    flux_core_built "$core_build" || "$top/scripts/tarball.sh" --dry-run flux-core >/dev/null 2>&1 ||
+        echo "$(flux_core_no_build) and no flux-core tarball to build one" \
+            "(scripts/tarball.sh flux-core says why): run make flux-core FLUX_CORE_TARBALL=<tarball>"
 }
 if [ "${1:-}" = --why-not ]; then
     why_not
@@ -56,6 +67,12 @@ if [ "${1:-}" = --why-not ]; then
 fi
 why=$(why_not)
 [ -z "$why" ] || die "cannot build the guest here: $why"
+if ! flux_core_built "$core_build"; then
+    [ "${1:-}" != --inputs ] || die "$(flux_core_no_build): run make flux-core"
+    "$top/scripts/setup.sh" flux-tree || die "$(flux_core_no_build), and it could not be built (above)"
+    core_build=$(flux_core_build)
+    flux_core_built "$core_build" || die "scripts/setup.sh flux-tree left no build tree"
+fi
 
 inputs() {  # the hash of everything the image is made from
     {

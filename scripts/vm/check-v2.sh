@@ -11,9 +11,10 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
-build=${FLUX_CORE_BUILD:-$(ls -td /var/tmp/flux-sdexec/*/.flux-sdexec-built 2>/dev/null | head -1)}
-build=${build%/.flux-sdexec-built}
-[ -n "$build" ] || { echo "check-v2: no flux-core build tree (make flux-core)" >&2; exit 1; }
+# shellcheck source=scripts/build-lib.sh
+. scripts/build-lib.sh
+build=$(flux_core_build)
+flux_core_built "$build" || { echo "check-v2: $(flux_core_no_build): run make flux-core" >&2; exit 1; }
 timeout=${V2_TIMEOUT:-1800}
 start=$SECONDS
 second=$(mktemp)
@@ -22,7 +23,8 @@ trap 'rm -f "$second"' EXIT
 scripts/vm/run.sh --timeout "$timeout" -- env V2_PARTS="ours production" t/v2/tier.sh \
     >"$second" 2>&1 &
 ours=$!
-scripts/vm/run.sh --timeout "$timeout" --share "$build" -- env V2_PARTS=upstream t/v2/tier.sh
+scripts/vm/run.sh --timeout "$timeout" --share "$build" -- \
+    env V2_PARTS=upstream FLUX_CORE_BUILD="$build" t/v2/tier.sh
 rc_upstream=$?
 wait "$ours"
 rc_ours=$?

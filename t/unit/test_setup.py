@@ -5,12 +5,18 @@ scripts/tarball.sh picks each release tarball: the one given, else the vendored 
 download of the published URL (a file:// URL stands in for the network), sha256 checked. A
 stand-in ``flux`` that fails makes the flux check fail; stand-in ``make`` and ``apt-get``
 record any call, so a test sees that nothing was run.
+
+flux-core's build tree (check-upstream and the v2 tier run flux-core's tests from it) is
+looked for in a temporary SDEXEC_BUILDS, or at a FLUX_CORE_BUILD that does not exist: never
+this machine's own.
 """
 
 import hashlib
 import os
 import pathlib
+import shutil
 import subprocess
+import tarfile
 
 TOP = pathlib.Path(__file__).resolve().parents[2]
 
@@ -37,14 +43,19 @@ def run(tmp_path, args, **env):
         PATH=f"{bindir}:{os.environ['PATH']}",
         SDEXEC_VENDOR=str(tmp_path / "vendor"),
         SDEXEC_DOWNLOADS=str(tmp_path / "downloads"),
+        SDEXEC_BUILDS=str(tmp_path / "builds"),
     )
     base.update(env)
+    # "make": this checkout's Makefile under the real make (the stand-in records the make
+    # commands the Makefile's scripts run)
+    script = shutil.which("make") if args[0] == "make" else str(TOP / "scripts" / args[0])
     return subprocess.run(
-        [str(TOP / "scripts" / args[0]), *args[1:]],
+        [script, *args[1:]],
         env=base,
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=TOP,
     )
 
 
@@ -158,3 +169,137 @@ def test_plan_without_a_flux_core_source_stops_before_anything(tmp_path):
     assert out.returncode == 1
     assert "set FLUX_CORE_TARBALL=<tarball> or FLUX_CORE_URL=<url>" in out.stderr
     assert nothing_ran(tmp_path)
+
+
+# flux-core installed but its build tree gone (issue 46 item 9): `make check` stopped at the v2
+# tier with a bare `make: *** [check-v2] Error 2` (scripts/vm/build.sh died in `ls -td ... |
+# head -1` under `set -euo pipefail`), and `make flux-core` said "nothing to do".
+
+CORE = "flux-core-0.88.0-59-g4a5e79f56"
+
+
+def v2_host(tmp_path, core=True):
+    """Root on Debian with the guest's tools (stand-ins) and vendored tarballs (flux-core's
+    only when ``core``), checked against their own sha256: what --why-not asks of a host."""
+    run(tmp_path, ["tarball.sh"])  # makes the stand-ins in bin/
+    for tool in ("mmdebstrap", "qemu-system-x86_64", "qemu-img", "file"):
+        write_exe(tmp_path / "bin" / tool, "exit 0\n")
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    env = dict(SETUP_UID="0", SETUP_DEBIAN=str(tmp_path / "bin" / "file"))
+    sec = tarball(vendor, "flux-security-0.15.0.tar.gz")
+    env.update(FLUX_SECURITY_SHA256=sha256(sec))
+    if core:
+        env.update(FLUX_CORE_SHA256=sha256(tarball(vendor, f"{CORE}.tar.gz")))
+    return env
+
+
+def test_v2_why_not_is_silent_when_the_missing_tree_can_be_built(tmp_path):
+    """FLUX_CORE_BUILD names no tree, but the flux-core tarball is there: the tier can run
+    (scripts/vm/build.sh builds the tree first), so --why-not says nothing."""
+    env = v2_host(tmp_path)
+    out = run(
+        tmp_path, ["vm/build.sh", "--why-not"], FLUX_CORE_BUILD=str(tmp_path / "nowhere"), **env
+    )
+    assert (out.returncode, out.stdout) == (0, ""), out.stderr
+    assert nothing_ran(tmp_path)
+
+
+def test_v2_why_not_without_a_tree_or_a_tarball_is_one_line(tmp_path):
+    """No tree kept in SDEXEC_BUILDS, none named, no flux-core tarball: one line saying why
+    and what to run (it exited 2 with nothing when no tree was kept)."""
+    env = v2_host(tmp_path, core=False)
+    out = run(tmp_path, ["vm/build.sh", "--why-not"], **env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (
+        f"no flux-core build tree in {tmp_path}/builds and no flux-core tarball to build one"
+        " (scripts/tarball.sh flux-core says why): run make flux-core FLUX_CORE_TARBALL=<tarball>\n"
+    )
+
+
+def test_check_v2_with_the_tree_pointing_nowhere_skips_saying_why(tmp_path):
+    """The tier, as `make check` runs it, with FLUX_CORE_BUILD pointing nowhere and no
+    tarball to build it from: one SKIP line naming the tree and the command."""
+    env = v2_host(tmp_path, core=False)
+    nowhere = tmp_path / "nowhere"
+    out = run(
+        tmp_path, ["make", "--no-print-directory", "check-v2"], FLUX_CORE_BUILD=str(nowhere), **env
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (
+        f"SKIP: v2 tier: no flux-core build tree at FLUX_CORE_BUILD={nowhere} and no flux-core"
+        " tarball to build one (scripts/tarball.sh flux-core says why): run make flux-core"
+        " FLUX_CORE_TARBALL=<tarball>\n"
+    )
+    assert not nowhere.exists() and nothing_ran(tmp_path)
+
+
+def test_plan_builds_only_the_missing_tree(tmp_path):
+    """As root on Debian the missing tree is built by make flux-core from the vendored
+    tarball, into FLUX_CORE_BUILD; --plan says so and runs nothing."""
+    env = v2_host(tmp_path)
+    nowhere = tmp_path / "nowhere"
+    out = run(tmp_path, ["setup.sh", "--plan", "flux-tree"], FLUX_CORE_BUILD=str(nowhere), **env)
+    assert out.returncode == 0, out.stderr
+    assert (
+        f"make flux-core from {tmp_path}/vendor/{CORE}.tar.gz: only its build tree, into {nowhere}"
+        in out.stdout
+    )
+    assert "make deps" not in out.stdout and "make flux-security" not in out.stdout
+    assert nothing_ran(tmp_path)
+
+
+def test_missing_tree_not_root_is_one_line_with_the_command(tmp_path):
+    """Not root: one line, the tree and the command to run; nothing run."""
+    env = v2_host(tmp_path)
+    nowhere = tmp_path / "nowhere"
+    env.update(SETUP_UID="1000", FLUX_CORE_BUILD=str(nowhere))
+    out = run(tmp_path, ["setup.sh", "flux-tree"], **env)
+    assert out.returncode == 1
+    assert out.stdout.splitlines() == [
+        f"setup: no flux-core build tree at FLUX_CORE_BUILD={nowhere}, which check-upstream and"
+        " the v2 tier run flux-core's tests from; nothing was changed. Run, as root on Debian:"
+        f" make flux-core FLUX_CORE_TARBALL={tmp_path}/vendor/{CORE}.tar.gz"
+        f" FLUX_CORE_BUILD={nowhere}"
+    ]
+    assert nothing_ran(tmp_path)
+
+
+def test_make_flux_core_restores_a_missing_tree(tmp_path):
+    """flux-core installed (a stand-in flux in FLUX_CORE_PREFIX), FLUX_CORE_BUILD pointing
+    nowhere, no tarball named: make flux-core builds the tree from the vendored tarball (a
+    stand-in whose configure only writes config.h; `make` records) and installs nothing."""
+    prefix = tmp_path / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    python = tmp_path / "python3"
+    write_exe(python, 'case "$*" in *sys.executable*) echo "$0" ;; esac\nexit 0\n')
+    write_exe(
+        prefix / "bin" / "flux",
+        'case $1 in\nversion) printf "commands:\\t0.88.0-59-g4a5e79f56\\n'
+        'libflux-security:\\t0.15.0\\nbuild-options:\\t+systemd\\n" ;;\n'
+        f'python) shift; exec "{python}" "$@" ;;\nesac\n',
+    )
+    top = tmp_path / "src" / CORE
+    top.mkdir(parents=True)
+    write_exe(
+        top / "configure", "mkdir -p config\necho '#define HAVE_LIBSYSTEMD 1' >config/config.h\n"
+    )
+    (tmp_path / "vendor").mkdir()
+    core = tmp_path / "vendor" / f"{CORE}.tar.gz"
+    with tarfile.open(core, "w:gz") as tar:
+        tar.add(top, arcname=CORE)
+    nowhere = tmp_path / "nowhere"
+    out = run(
+        tmp_path,
+        ["flux-core.sh"],
+        FLUX_CORE_PREFIX=str(prefix),
+        FLUX_PYTHON=str(python),
+        FLUX_CORE_BUILD=str(nowhere),
+        FLUX_CORE_SHA256=sha256(core),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"but there is no build tree at {nowhere}" in out.stdout
+    assert "building it, installing nothing" in out.stdout
+    assert (nowhere / ".flux-sdexec-built").read_text() == sha256(core) + "\n"
+    ran = (tmp_path / "ran").read_text()
+    assert "make -j" in ran and "make install" not in ran
