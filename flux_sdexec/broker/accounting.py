@@ -109,10 +109,13 @@ class Accounting:
 
     def adopted(self, p, props):
         """An adopted unit's slice, from what systemd says (``props``); a job shell's record
-        is looked up before one is written (the module docstring)."""
+        is looked up before one is written (the module docstring), and what its job's
+        gathering needs is asked now, as at a start (after an upgrade: the record read back
+        before the shell ends, so the memo is not late)."""
         if cgroup_usage.is_accounting_slice(props.get("Slice")):
             acct = self.accounts[p] = _Account(props["Slice"], shell_job(p))
             if acct.job is not None:
+                self.jobs.shell_started(acct.job)
                 exit_usec = props.get("ExecMainExitTimestamp")
                 acct.unchecked = True
                 acct.exited_at = exit_usec / 1e6 if exit_usec else None

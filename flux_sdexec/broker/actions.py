@@ -30,6 +30,7 @@ from flux_sdexec.core.events import (
     StartOutput,
     StopTimerExpired,
     StopUnit,
+    WatchJob,
 )
 
 
@@ -45,16 +46,18 @@ class ActionRunner:
     containment: the ``ContainmentChecker``.
     accounting: the ``Accounting`` (a wait's answer waits for the usage record).
     feed: ``feed(p, input, pump=False)``, the way into the state machine.
+    watch_job: ``watch_job(p)``, the orphan watch's ``consider`` (WatchJob).
     """
 
     def __init__(
         self, h, log, rank, settings, responder, bridge, bus, calls, sweeper, watchers,
-        containment, accounting, feed,
+        containment, accounting, feed, watch_job,
     ):  # fmt: skip
         self._h, self._log, self._rank, self._settings = h, log, rank, settings
         self._responder, self._bridge, self._bus, self._calls = responder, bridge, bus, calls
         self._sweeper, self._watchers = sweeper, watchers
         self._containment, self._accounting, self._feed = containment, accounting, feed
+        self._watch_job = watch_job
         self._drains = set()  # resource.drain futures not answered yet
         self._dispatch = {
             Respond: self.respond,
@@ -73,6 +76,7 @@ class ActionRunner:
             Log: self.log,
             Reap: self.reap,
             DrainRank: self.drain_rank,
+            WatchJob: lambda p, a: self._watch_job(p),
         }
 
     def run(self, p, action):

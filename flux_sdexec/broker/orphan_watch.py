@@ -7,16 +7,23 @@ shell that is waited on again, ends, or is forgotten is dropped at its next turn
 most MAX_IN_FLIGHT queries are out at once (the others wait their turn a second), so a
 rank with many suspects (an sdexec reload under many jobs) asks at a bounded rate.
 A query is answered within QUERY_TIMEOUT or counts as no answer.
+
+A job shell's answered record kept while its job runs (core/waits.py) is asked about the
+same way; at most KEPT_COUNT are kept, the oldest let go past that.
 """
+
+from collections import OrderedDict
 
 from flux_sdexec.core import orphans
 from flux_sdexec.core.events import JobGone
 from flux_sdexec.core.shelljobs import job_number, shell_job
+from flux_sdexec.core.states import ProcState
 
 TOPIC = "job-list.list-id"
 MAX_IN_FLIGHT = 16
 QUERY_TIMEOUT = 10.0
 BUSY_DELAY = 1.0
+KEPT_COUNT = 1024  # answered job shells' records kept while their jobs run, at most
 
 
 class OrphanWatch:
@@ -39,6 +46,7 @@ class OrphanWatch:
         self._timers = {}  # unit -> its timer watcher, while a check is due
         self._attempts = {}  # unit -> checks made so far
         self._in_flight = {}  # future -> unit
+        self._kept = OrderedDict()  # unit -> None: the kept records watched, oldest first
         self.checks = 0  # job queries sent since load (stats-get)
         self.stopped = 0  # orphans stopped since load (stats-get)
 
@@ -50,6 +58,16 @@ class OrphanWatch:
         if orphans.suspect(p):
             self._attempts[unit] = 0
             self._arm(unit, orphans.check_delay(0, self.interval))
+            if p.state is ProcState.ANSWERED:
+                self._keep(unit)
+
+    def _keep(self, unit):
+        """Count ``unit``'s kept record; past KEPT_COUNT, the oldest still kept goes."""
+        self._kept[unit] = None
+        while len(self._kept) > KEPT_COUNT:
+            p = self._registry.by_unit(self._kept.popitem(last=False)[0])
+            if p is not None and orphans.suspect(p) and p.state is ProcState.ANSWERED:
+                self._feed(p, JobGone(f"more than {KEPT_COUNT} answered records kept"), True)
 
     def job_seen(self, unit):
         """What the last query of ``unit``'s job said, None before any (or once it is no
@@ -107,7 +125,8 @@ class OrphanWatch:
             self._attempts.pop(unit, None)
             self._seen.pop(unit, None)
             if p.orphan is None:
-                self.stopped += 1
+                if p.state is not ProcState.ANSWERED:  # a kept record is no orphan
+                    self.stopped += 1
                 self._feed(p, JobGone(why), pump=True)
             return
         if action == orphans.RETRY and why != self._seen.get(unit):  # once per kind of failure
@@ -122,3 +141,4 @@ class OrphanWatch:
         for unit in list(self._timers):
             self._drop(unit)
         self._in_flight.clear()
+        self._kept.clear()

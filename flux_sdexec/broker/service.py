@@ -144,7 +144,7 @@ class SdexecService:
         releases.holds, releases.keepers = self.holds, self.keepers
         self.runner = ActionRunner(
             handle, log, rank, self.settings, responder, bridge, bus, calls, sweeper, watchers,
-            self.containment, self.accounting, self.feed,
+            self.containment, self.accounting, self.feed, lambda p: self.orphans.consider(p),
         )  # fmt: skip
         # flux: the mapper's lookups, the job queries of suspect shells, the requests
         self.lookups = MapperLookups(

@@ -214,6 +214,12 @@ class ArmGrace:
 
 
 @dataclass(frozen=True)
+class WatchJob:
+    """Ask the instance, from time to time, whether this job shell's job is over (the
+    orphan watch): a kept record's JobGone lets it go (waits.py)."""
+
+
+@dataclass(frozen=True)
 class CancelTimer:
     """Stop the stop timer."""
 

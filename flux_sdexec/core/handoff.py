@@ -62,9 +62,10 @@ def keepable(p, held=frozenset()):
     """True for a process (SdProc) the next sdexec can adopt and report: waitable, its
     start reported, no error stored, its unit still loaded (not gone, or ended but in
     ``held``: units sdexec keeps loaded, see systemd/holds.py), not already
-    being let go."""
+    being let go; or a job shell's answered record kept while its job runs (waits.py)."""
     loaded = not p.unit.gone or p.unit.name in held
-    return p.keeps_record and p.error is None and p.state in _HANDED_OVER and loaded
+    state = p.state in _HANDED_OVER or (p.state is ProcState.ANSWERED and p.wait.kept)
+    return p.keeps_record and p.error is None and state and loaded
 
 
 def units_to_keep(procs, policy, broker_state, held=frozenset(), jobs_outlive_shutdown=False):

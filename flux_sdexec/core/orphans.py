@@ -10,7 +10,8 @@ shell is waited on again, ends, or is judged (``verdict``):
 
 - the job is active, in any state (its startup window included): the shell is kept;
 - the job is inactive, or unknown to the instance: the shell is an orphan. ``JobGone``
-  stops it, logs the reason, and its unit is let go once it is over (``job_gone``);
+  stops it, logs the reason, and its unit is let go once it is over (``job_gone``); a
+  record kept for a job-exec that may reattach (waits.py) is let go;
 - no answer, or any other error (job-list not loaded, a timeout): nothing is decided,
   the shell is asked about again later.
 
@@ -22,7 +23,7 @@ import syslog
 
 from flux_sdexec.core.events import Log
 from flux_sdexec.core.shelljobs import shell_job
-from flux_sdexec.core.states import ProcState
+from flux_sdexec.core.states import Hold, ProcState
 from flux_sdexec.core.waits import release
 
 S = ProcState
@@ -48,14 +49,16 @@ KEEP, STOP, RETRY = "keep", "stop", "retry"
 
 def suspect(p):
     """``p`` is a job shell that may outlive its job: it runs (or starts) in the
-    background, no client waits on it, and it is not being stopped as an orphan."""
-    return (
-        p.cmd.background
-        and p.state in (S.STARTING, S.RUNNING)
-        and p.wait.waiter is None
-        and p.orphan is None
-        and shell_job(p) is not None
-    )
+    background, no client waits on it, and it is not being stopped as an orphan; or its
+    record is kept for a client that may never come (answered and kept while its job runs,
+    or held: revived, adopted; waits.py)."""
+    if p.orphan is not None or shell_job(p) is None:
+        return False
+    if p.state is S.ANSWERED:
+        return p.wait.kept
+    if p.state is S.ZOMBIE:
+        return p.wait.waiter is None and p.wait.hold is not Hold.NONE
+    return p.cmd.background and p.state in (S.STARTING, S.RUNNING) and p.wait.waiter is None
 
 
 def check_delay(attempt, cap=DEFAULT_INTERVAL):
@@ -89,10 +92,17 @@ def verdict(jobid, state=None, errnum=None, text=None):
 
 
 def job_gone(p, event, out):
-    """``JobGone``: stop a shell whose job is over; a zombie record of it is let go.
+    """``JobGone``: stop a shell whose job is over; a zombie record of it, or one kept
+    once answered, is let go.
 
     Whatever waits on it still gets its status: the stop is an ordinary end.
     """
+    if p.state is S.ANSWERED:
+        if not p.wait.kept:
+            return p.state  # in its grace: it goes at the grace's end
+        p.wait.answered_to, p.wait.kept = None, False
+        out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: {event.reason}: let go"))
+        return release(p, out)
     if p.orphan is not None and p.state is not S.ZOMBIE:
         return p.state  # being stopped already
     p.orphan = event.reason

@@ -139,6 +139,7 @@ class Wait:
         "waiter",
         "parked",
         "answered_to",
+        "kept",
         "hold",
         "before_first_wait",
         "grace",
@@ -149,6 +150,7 @@ class Wait:
         self.waiter = None  # the sdexec.wait request waiting for the status
         self.parked = False  # it came while the process ran (the answer grace follows)
         self.answered_to = None  # the wait request last answered, during its grace
+        self.kept = False  # answered, and kept while its job runs (waits.py)
         self.hold = Hold.NONE  # why a zombie record is kept only a while
         self.before_first_wait = adopted  # no sdexec.wait came since load (the hold)
         self.grace = None  # the adapter's grace timer (ArmGrace)
@@ -157,6 +159,7 @@ class Wait:
     def copy(self):
         c = Wait.__new__(Wait)
         c.waiter, c.parked, c.answered_to = self.waiter, self.parked, self.answered_to
+        c.kept = self.kept
         c.hold, c.before_first_wait = self.hold, self.before_first_wait
         c.grace, c.retained = self.grace, self.retained
         return c

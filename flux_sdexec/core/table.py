@@ -107,7 +107,7 @@ row([ZOMBIE, ANSWERED, RELEASING], StopTimerExpired, [None], h.same)
 row(LIVE, ClientGone, [None], h.client_gone)
 # a wait parks until the process is over, or collects a zombie's status
 row(ESCALATING, WaitRequested, [None], w.wait_requested)
-row([ZOMBIE], WaitRequested, [ZOMBIE, RELEASING, DONE], w.wait_requested)
+row([ZOMBIE], WaitRequested, [ZOMBIE, ANSWERED, RELEASING, DONE], w.wait_requested)
 row([*ESCALATING, ZOMBIE], WaiterGone, [None], w.waiter_gone)
 # the answer grace (waits.py): the client of an answered parked wait left soon after, so
 # the answer may be lost: the record is a zombie again; a grace (or a revived record's
@@ -119,7 +119,8 @@ row(ESCALATING, UnitLost, [None], h.unit_lost)
 # a job shell whose job is over is stopped (orphans.py); its record, if over, let go
 row(ESCALATING, JobGone, [None], o.job_gone)
 row([ZOMBIE], JobGone, [ZOMBIE, RELEASING, DONE], o.job_gone)
-row([ANSWERED, RELEASING], JobGone, [None], h.same)
+row([ANSWERED], JobGone, [ANSWERED, RELEASING, DONE], o.job_gone)
+row([RELEASING], JobGone, [None], h.same)
 # a new exec takes the label of a record whose status was given: it goes at once
 row(LIVE, LabelReused, [None, RELEASING, DONE], w.label_reused)
 # an adopted record's hold counts from the first wait since load (waits.py)

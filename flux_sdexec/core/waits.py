@@ -26,13 +26,26 @@ then it is bounded by FIRST_WAIT_BOUND.
 A label is free for a new exec as soon as a wait has given the status (in the grace,
 or revived): the record goes then (label_reused), as flux-core's C module forgets it at
 once; the new exec waits for the old unit to go (broker/after_release.py).
+
+The keep: a job shell's rank may end long before its job (uneven ranks, a leader's
+post-processing), and a job-exec loaded again (``flux sdexec upgrade``, ``flux module
+reload job-exec``) asks every rank's shell by label, the finished ones too; flux-core's
+C module has let the record go by then, and the job dies (``wait label=... not found``).
+So a job shell's record answered to a parked wait, or revived and answered again, has the
+answer grace, and one whose grace ends with its client still there is kept, hidden as in
+the grace, while its job runs: the orphan watch asks for the job's state (WatchJob) and
+JobGone lets it go, KEPT_MAX at the most. Its client leaving revives it as in the grace,
+held until the next client's first wait: the job-exec that reattaches gets the status,
+once per job-exec reload. A clean unload hands it over (handoff.py), as a zombie; one
+adopted so is let go once collected, as before.
 Pure: stdlib only.
 """
 
 import syslog
 
 from flux_sdexec.core import impfatal
-from flux_sdexec.core.events import AnswerWait, ArmGrace, DrainOutput, Log
+from flux_sdexec.core.events import AnswerWait, ArmGrace, DrainOutput, Log, WatchJob
+from flux_sdexec.core.shelljobs import shell_job
 from flux_sdexec.core.states import Hold, ProcState
 
 S = ProcState
@@ -53,6 +66,10 @@ RECORD_HOLD = 20.0
 # restore), so it only matters where no wait ever comes (no job-exec, or no job on the
 # rank whose record it is): then the unit still goes.
 FIRST_WAIT_BOUND = 600.0
+# The longest a job shell's answered record is kept for a job-exec that reattaches, its job
+# still running (the orphan watch lets it go once the job is inactive): a week, beyond
+# most sites' longest time limit.
+KEPT_MAX = 7 * 24 * 3600.0
 
 
 def output_drained(p, event, out):
@@ -88,7 +105,8 @@ def retain_or_drop(p, out):
 
 def collect(p, out, drained=False):
     """Answer the waiter with the status (or stored error) once the output read so far is
-    in; then keep the record for the answer grace (a parked wait) or let it go."""
+    in; then keep the record for the answer grace (a parked wait, or a job shell's revived
+    record: the keep follows) or let it go."""
     if not drained and p.output_open:
         out.append(DrainOutput())
         return S.ZOMBIE
@@ -99,8 +117,8 @@ def collect(p, out, drained=False):
         out.append(AnswerWait(waiter, error=p.error))
     else:
         out.append(AnswerWait(waiter, p.unit.wait_status, tuple(w.retained.items)))
-    w.hold = Hold.NONE
-    if not parked:
+    revived, w.hold = w.hold is Hold.REVIVED, Hold.NONE
+    if not parked and not (revived and shell_job(p) is not None):
         return release(p, out)
     w.answered_to = waiter
     out.append(ArmGrace(ANSWER_GRACE))
@@ -108,13 +126,18 @@ def collect(p, out, drained=False):
 
 
 def answer_maybe_lost(p, event, out):
-    """The answered client left within the grace: collectable again, unless a newer
-    process took the label meanwhile (then there would be two)."""
+    """The answered client left within the grace, or while a kept record's job runs:
+    collectable again, unless a newer process took the label meanwhile (then there would
+    be two). A kept one is held until the next client's first wait: that is the job-exec
+    that reattaches."""
     p.wait.answered_to = None
     if event.label_taken:
         out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label reused, not revived"))
         return release(p, out)
     p.wait.hold = Hold.REVIVED
+    if p.wait.kept:
+        p.wait.kept, p.wait.before_first_wait = False, True
+        return hold(p, out, f"its waiter left while job {shell_job(p)} runs")
     return hold(p, out, f"its waiter left within {ANSWER_GRACE:g}s of the answer")
 
 
@@ -154,9 +177,20 @@ def holds_start(p, event, out):
 
 
 def grace_expired(p, event, out):
-    """End of the answer grace, or of a held record's hold: let the unit go."""
+    """End of the answer grace (a job shell's record is kept then), of a kept record's
+    keep, or of a held record's hold: let the unit go."""
     if p.state is S.ANSWERED:
-        p.wait.answered_to = None
+        job = shell_job(p)
+        if p.wait.kept:
+            text = f"{p.logname}[{p.pid}]: kept {KEPT_MAX:g}s, let go"
+            out.append(Log(syslog.LOG_INFO, text))
+        elif job is not None:
+            p.wait.kept = True
+            why = f"answered; kept while job {job} runs, for a job-exec that reattaches"
+            out += [Log(syslog.LOG_DEBUG, f"{p.logname}[{p.pid}]: {why}"), ArmGrace(KEPT_MAX)]
+            out.append(WatchJob())
+            return S.ANSWERED
+        p.wait.answered_to, p.wait.kept = None, False
         return release(p, out)
     if p.state is S.ZOMBIE and p.wait.hold is not Hold.NONE and p.wait.waiter is None:
         p.wait.hold = Hold.NONE

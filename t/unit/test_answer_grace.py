@@ -3,7 +3,8 @@
 After a wait is answered the record is hidden, its unit kept loaded for ANSWER_GRACE;
 the answered client disconnecting within it revives the record (collectable by label
 and pid for RECORD_HOLD, handed over by a clean unload); a grace that ends with the
-client connected lets the unit go, as before.
+client connected lets the unit go, as before (a job shell's is kept while its job runs:
+test_answer_kept.py).
 """
 
 import errno
@@ -80,12 +81,13 @@ def recollect(p, sender):
 
 def test_connected_client_a_second_wait_finds_nothing_and_the_grace_lets_the_unit_go():
     """flux-core's semantics for a connected client: once answered, the process is not
-    found (by label or pid); the unit stays loaded only until the grace ends."""
-    p = running()
+    found (by label or pid); the unit stays loaded only until the grace ends (a job
+    shell's is kept while its job runs: test_answer_kept.py)."""
+    p = running(label="L", unit="L:t1.service")
     registry = Registry()
     registry.add(p)
     collected(p)
-    assert registry.find(-1, "shell-0-f1") is None
+    assert registry.find(-1, "L") is None
     assert registry.find(p.pid, None) is None
     assert handle(p, GraceExpired()) == [ResetFailedUnit()]
     assert p.state is S.RELEASING and p.wait.answered_to is None
@@ -93,19 +95,21 @@ def test_connected_client_a_second_wait_finds_nothing_and_the_grace_lets_the_uni
 
 
 def test_client_gone_within_the_grace_revives_the_record_for_the_next_client():
-    """job-exec removed as its shell ended: the next job-exec's wait by label (or pid)
-    gets the same status and output; asked of a zombie, that answer lets the unit go."""
-    p = running()
+    """A client removed as its process ended: the next client's wait by label (or pid)
+    gets the same status and output; asked of a zombie, that answer lets the unit go (a
+    job shell's is kept: test_answer_kept.py)."""
+    p = running(label="L", unit="L:t1.service")
     registry = Registry()
     registry.add(p)
     collected(p, "job-exec-1")
     assert registry.by_sender("job-exec-1") == [p]
+    lost = LOST.replace("shell-0-f1", "L")
     assert handle(p, AnswerMaybeLost(registry.label_taken(p))) == [
-        Log(syslog.LOG_INFO, LOST),
+        Log(syslog.LOG_INFO, lost),
         ArmGrace(RECORD_HOLD),
     ]
     assert p.state is S.ZOMBIE and p.visible and p.wait.answered_to is None
-    assert registry.find(-1, "shell-0-f1") is p
+    assert registry.find(-1, "L") is p
     assert registry.find(p.pid, None) is p
     recollect(p, "job-exec-2")
 
@@ -148,13 +152,14 @@ def test_a_stale_expiry_changes_nothing():
 
 def test_a_wait_answered_at_once_lets_the_record_go_as_before():
     """A wait that finds the process over was sent a moment ago by a client that is
-    there: no grace, the unit is let go, a second wait finds nothing."""
-    p = running()
+    there: no grace, the unit is let go, a second wait finds nothing (a job shell's has
+    the grace: test_answer_kept.py)."""
+    p = running(label="L", unit="L:t1.service")
     registry = Registry()
     registry.add(p)
     replay(p, "exit-1", until=until_failed("exit-1"), since=6)
     recollect(p, "flux-sproc-wait")
-    assert p.wait.answered_to is None and registry.find(-1, "shell-0-f1") is None
+    assert p.wait.answered_to is None and registry.find(-1, "L") is None
 
 
 def test_clean_unload_hands_over_a_revived_record_and_stops_an_answered_one():

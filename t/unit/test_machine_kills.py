@@ -63,7 +63,7 @@ def run(svc, p, event):
     """Feed ``event`` and carry out its systemd calls as the service does."""
     runner = ActionRunner(
         None, svc.log, 0, Settings(), None, svc.bridge, svc.bus, svc.calls, None, None, None,
-        None, None,
+        None, None, None,
     )  # fmt: skip
     for action in feed(p, event):
         if isinstance(action, KillUnit):

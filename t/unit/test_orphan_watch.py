@@ -184,3 +184,40 @@ def test_close_disarms_every_check_and_a_late_answer_does_nothing():
     assert svc.watchers.armed() == []
     svc.h.sent[0].reply(state(INACTIVE))
     assert svc.actions == [] and p.orphan is None
+
+
+def kept(n, svc):
+    """``n`` job shells answered and kept while their jobs run (test_answer_kept.py)."""
+    from test_answer_kept import kept as answered
+
+    procs = []
+    for i in range(n):
+        jobid = f"f{shelljobs.F58_DIGITS[i]}"
+        p, _ = answered(label=f"shell-0-{jobid}", unit=f"shell-0-{jobid}:t1.service")
+        svc.registry.add(p)
+        procs.append(p)
+    return procs
+
+
+def test_a_kept_record_goes_when_its_job_is_inactive_and_counts_no_orphan():
+    svc = Parts()
+    watch = OrphanWatch(svc.h, svc.log, svc.watchers, svc.registry, svc.feed, interval=10.0)
+    (p,) = kept(1, svc)
+    watch.consider(p)
+    svc.watchers.armed()[0].fire()
+    (query,) = svc.h.sent
+    query.reply(state(RUN))
+    assert p.state is orphans.S.ANSWERED and len(svc.watchers.armed()) == 1
+    svc.watchers.armed()[0].fire()
+    svc.h.sent[-1].reply(state(INACTIVE))
+    assert p.state is orphans.S.RELEASING and watch.stopped == 0
+
+
+def test_past_kept_count_the_oldest_kept_record_goes(monkeypatch):
+    monkeypatch.setattr(orphan_watch, "KEPT_COUNT", 2)
+    svc = Parts()
+    watch = OrphanWatch(svc.h, svc.log, svc.watchers, svc.registry, svc.feed, interval=10.0)
+    procs = kept(3, svc)
+    for p in procs:
+        watch.consider(p)
+    assert [p.state for p in procs] == [orphans.S.RELEASING] + [orphans.S.ANSWERED] * 2

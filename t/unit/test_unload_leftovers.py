@@ -13,6 +13,7 @@ is the test's, so the unload's bounded waits take no time).
 
 import errno
 import fnmatch
+import types
 
 import fluxpath
 from helpers import new
@@ -228,8 +229,9 @@ def test_the_next_load_stops_its_leftover_slices_and_keepers_only(monkeypatch):
     bridge = LoadBridge(left + others)
     registry = Registry()
     registry.add(adopted)
+    jobs = types.SimpleNamespace(shell_started=lambda plain: None)  # the gathering's prefetch
     accounting = Accounting(
-        StubLog(), 0, "node0", Settings(), registry, None, bridge, None, None, proc="", kmsg=""
+        StubLog(), 0, "node0", Settings(), registry, None, bridge, None, jobs, proc="", kmsg=""
     )
     accounting.adopted(adopted, {"Slice": adopted_slice})
     keepers = Keepers(None, None, None, None, StubLog(), lambda: 5.0, print)

@@ -54,7 +54,7 @@ def test_stop_unit_replaces_a_queued_start_job():
     bridge, bus, log = StubBridge(), StubBus(), StubLog()
     calls = Calls(bridge, bus, StubWatchers(), log)
     runner = ActionRunner(
-        None, log, 0, Settings(), None, bridge, bus, calls, None, None, None, None, None
+        None, log, 0, Settings(), None, bridge, bus, calls, None, None, None, None, None, None
     )
     runner.run(taken(QUEUED), StopUnit())
     assert [(c.member, c.unit, c.kwargs) for c in bridge.sent] == [
