@@ -43,6 +43,7 @@ BROKER_DOWN = (0.0, 5.0)  # seconds a killed broker stays dead before it is star
 MANAGER_DOWN = (0.0, 3.0)  # seconds a killed manager stays dead before a new one starts
 
 SLEEP_MAX = 1.5  # a job runs `sleep <0..SLEEP_MAX>; exit <0..3>`
+SPREAD_MAX = 4.0  # ... and a multi-node job's rank r sleeps r times <0..SPREAD_MAX> more
 TWO_NODE_SHARE = 0.3  # share of the jobs that run on both brokers (of 2)
 MULTI_NODE_SHARE = 0.6  # with 3 nodes or more: share of the jobs on 2 or more, evenly
 
@@ -69,15 +70,23 @@ class Fault:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One job of the mix: on ``nodes`` brokers, each task runs ``sleep SLEEP; exit CODE``."""
+    """One job of the mix: on ``nodes`` brokers, each task runs ``sleep SLEEP; exit CODE``,
+    rank r sleeping r times SPREAD more (its ranks end apart, as real jobs' do)."""
 
     nodes: int
     sleep: float
     code: int
+    spread: float = 0.0
 
     def command(self):
         """The job's command line."""
-        return ["sh", "-c", f"sleep {self.sleep:.2f}; exit {self.code}"]
+        apart = (
+            f"r=${{FLUX_TASK_RANK:-0}}; while test $r -gt 0; do sleep {self.spread:.2f}; "
+            "r=$((r - 1)); done; "
+            if self.spread
+            else ""
+        )
+        return ["sh", "-c", f"sleep {self.sleep:.2f}; {apart}exit {self.code}"]
 
 
 def fault_schedule(seed, count, kinds=KINDS, long_stall=0.0, ranks=2):
@@ -129,12 +138,14 @@ def fault_schedule(seed, count, kinds=KINDS, long_stall=0.0, ranks=2):
 
 def job_mix(seed, max_nodes=2):
     """``seed``'s endless sequence of JobSpec of 1 to ``max_nodes`` nodes (a generator)."""
-    rng = random.Random(f"jobs-{seed}")
+    rng, apart = random.Random(f"jobs-{seed}"), random.Random(f"spread-{seed}")
     share = TWO_NODE_SHARE if max_nodes <= 2 else MULTI_NODE_SHARE
     while True:
         draw = rng.random()
         nodes = 1 if draw >= share else 2 + int(draw / share * (max_nodes - 1))
-        yield JobSpec(nodes, round(rng.uniform(0.0, SLEEP_MAX), 2), rng.randrange(4))
+        sleep, code = round(rng.uniform(0.0, SLEEP_MAX), 2), rng.randrange(4)
+        spread = round(apart.uniform(0.0, SPREAD_MAX), 2) if nodes > 1 else 0.0
+        yield JobSpec(nodes, sleep, code, spread)
 
 
 def method_at(elapsed, methods, period):

@@ -6,7 +6,9 @@ A new version of the module (a copy of this checkout'"'"'s package at another pa
 version string changed) is installed while guest jobs of 1, 2 and 3 nodes run on the 3 nodes
 and more are queued. With bgexec, flux sdexec upgrade reloads sdexec on every node (a new
 module process on each), job-exec reattaches the running jobs, the queued ones start after,
-every job completes with its own exit code and no exception, no unit is left on any node,
+every job completes with its own exit code and no exception, among them a 3-node job whose
+rank 2 was done before the upgrade, each with one complete usage record, no unit is left on
+any node,
 and flux sdexec status shows the new version and module file on every node. With bulk-exec
 running jobs, whose shells would end with job-exec, the upgrade refuses naming them and
 changes nothing; they complete with their own codes.'
@@ -38,6 +40,34 @@ submit_mix() {
 			sh -c "sleep $(($2 + i % 3)); exit $code") &&
 		echo "$g $id $code" >>mix.codes || return 1
 	done
+}
+# A 3-node job whose rank 2 exits 4 at once while ranks 0 and 1 wait for $GATE/go (bounded);
+# its id in done2.id. (issue 47: job-exec reattaching asks every rank, the finished one too)
+GATE=$(mktemp -d /tmp/sdexec-t0114-gate.XXXXXX)
+chmod 755 $GATE
+cleanup "rm -rf $GATE"
+submit_done2() {
+	guest1 flux submit -N3 -n3 -t 5m sh -c "test \$FLUX_TASK_RANK -eq 2 && exit 4; n=0; \
+		while ! test -e $GATE/go && test \$n -lt 1800; do sleep 0.1; n=\$((n + 1)); done" \
+		>done2.id &&
+	owner flux job wait-event -q -t $T -p exec $(cat done2.id) recoverable
+}
+# rank_2_past_grace: job done2's rank 2 shell ended and its answer grace (2 s) is over: its
+# unit is let go (flux-core's C module forgets it), or node 2's sdexec says it keeps it.
+rank_2_past_grace() {
+	_f=$(owner flux job id --to=f58plain $(cat done2.id)) &&
+	{ test -z "$(shells_of 2 $(cat done2.id))" ||
+	node_user 2 $SITE_USER flux dmesg | grep -q "shell-2-$_f\[.*kept while job"; }
+}
+# complete_record ID: job ID's usage record has a row of each of its ranks, none missing,
+# and its memo counts them all.
+complete_record() {
+	_n=$(owner flux jobs -no "{nnodes}" $1) &&
+	owner flux sdexec usage -o json $1 >$1.usage &&
+	owner flux jobs -no "{user.sdexec.ranks} {user.sdexec.missing}" $1 >$1.memo &&
+	read _ranks _missing <$1.memo &&
+	jq -e "[.[].ranks[] | select(.missing | not)] | length == $_n" $1.usage >/dev/null &&
+	test "$_ranks" = "$_n" && test -z "$_missing" || { cat $1.usage $1.memo; return 1; }
 }
 # a 3-node job among the running ones, for the units check below
 running_3node() {
@@ -79,6 +109,10 @@ test_expect_success 'bgexec: 12 jobs of 3, 2 and 1 nodes: 3 run on the 6 cores, 
 		test $(shells_of $n $id3 | wc -l) -eq 1 || return 1
 	done
 '
+test_expect_success 'bgexec: a 3-node job whose rank 2 is done before the upgrade' '
+	submit_done2 &&
+	site_wait_until_t rank_2_past_grace
+'
 test_expect_success 'bgexec: flux sdexec upgrade to the new module on every node' '
 	sdexec_pids >pids.before &&
 	owner $upgrade --module $NEW/flux_sdexec/modules/sdexec.py >upgrade.out 2>upgrade.err &&
@@ -93,6 +127,21 @@ test_expect_success 'bgexec: flux sdexec upgrade to the new module on every node
 '
 test_expect_success 'bgexec: every job completes with its own exit code, no exception' '
 	check_mix
+'
+test_expect_success 'bgexec: the job with rank 2 done before ends with its code 4' '
+	touch $GATE/go &&
+	id=$(cat done2.id) &&
+	owner flux job wait-event -q -t $T $id clean &&
+	owner flux job eventlog $id >done2.eventlog &&
+	test_debug "cat done2.eventlog" &&
+	! grep exception done2.eventlog &&
+	test_expect_code 4 owner flux job status $id
+'
+test_expect_success 'bgexec: each job across the upgrade has one complete usage record' '
+	complete_record $(cat done2.id) &&
+	while read g id code; do
+		complete_record $id || return 1
+	done <mix.codes
 '
 test_expect_success 'no shell unit left on any node' '
 	site_wait_until_t no_shell_units_left

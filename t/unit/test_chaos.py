@@ -72,13 +72,18 @@ def test_bad_kinds_are_refused():
 
 
 def test_job_mix_is_the_issue_mix():
-    """1- and 2-node jobs, sleep below 1.5 s, exit codes 0-3, all of them drawn."""
+    """1- and 2-node jobs, sleep below 1.5 s, exit codes 0-3, all of them drawn; a 2-node
+    job's ranks end apart."""
     mix = schedule.job_mix(21)
     jobs = [next(mix) for _ in range(500)]
     assert {j.nodes for j in jobs} == {1, 2}
     assert {j.code for j in jobs} == {0, 1, 2, 3}
     assert all(0 <= j.sleep <= 1.5 for j in jobs)
     assert JobSpec(2, 0.5, 3).command() == ["sh", "-c", "sleep 0.50; exit 3"]
+    assert all(j.spread == 0.0 for j in jobs if j.nodes == 1)
+    assert any(j.spread > 1.0 for j in jobs if j.nodes > 1)  # ranks end seconds apart
+    apart = JobSpec(2, 0.5, 3, 1.25).command()[2]
+    assert apart.startswith("sleep 0.50; r=${FLUX_TASK_RANK:-0}; while") and "sleep 1.25" in apart
 
 
 def test_fault_describe():
