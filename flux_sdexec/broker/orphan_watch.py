@@ -125,7 +125,7 @@ class OrphanWatch:
             self._attempts.pop(unit, None)
             self._seen.pop(unit, None)
             if p.orphan is None:
-                if p.state is not ProcState.ANSWERED:  # a kept record is no orphan
+                if p.state in (ProcState.STARTING, ProcState.RUNNING):  # not a kept record
                     self.stopped += 1
                 self._feed(p, JobGone(why), pump=True)
             return
