@@ -41,7 +41,7 @@ PIP_DEPS := vermin
 
 .PHONY: check check-unit check-systemd check-flux check-chaos check-site check-upstream chaos \
 	nodes-chaos deps flux-security flux-core install install-reconnect demo lint man setup-check \
-	site-up site-down vm check-v2
+	site-up site-down vm check-v2 soak
 
 check: setup-check check-unit check-systemd check-flux check-chaos check-site check-v2
 
@@ -235,6 +235,14 @@ site-down:
 demo:
 	@scripts/setup.sh flux systemd python
 	eval "$$(t/start-user-systemd.sh)" && t/demo.sh
+
+# The soak benchmark (bench/soak.sh, doc/dev/performance.md): KiB per job that each broker and
+# our module's process grow over JOBS `true` jobs (default 5000) after WARMUP (200), under
+# flux-core's C sdexec and under ours, in both orders (one 2-broker instance each). On a shared
+# machine: `flock /tmp/sdexec-systemd.lock make soak`.
+soak:
+	@scripts/prereqs.sh flux systemd python
+	bench/soak.sh
 
 # black and flake8 at 100 columns; vermin checks that setup.py's python_requires (3.9)
 # is the minimum the code needs (--eval-annotations: it also reads annotations)

@@ -24,19 +24,18 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 
-from procfs import BenchError, Tasks, host_note, locate, rss_kb
+from procfs import Tasks, host_note, locate, rss_kb
 from report import aggregate, details, summary, table
 
 from flux_cmd import (
     DEVNULL,
     log,
-    RANK_URI,
     run,
-    rank_attrs,
-    loaded,
+    instance_brokers,
+    module_order,
+    exit_with,
     load_module,
     unload_module,
     dmesg_lines,
@@ -179,27 +178,14 @@ def main():
     )
     args = ap.parse_args()
 
-    size = int(run(["flux", "getattr", "size"]).stdout)
-    if size != 2:
-        raise BenchError(f"instance size is {size}, expected 2")
-    conf = json.loads(run(["flux", "config", "get"]).stdout)
-    if conf.get("exec", {}).get("service") != "sdexec":
-        raise BenchError('[exec] service = "sdexec" is not configured')
-    attrs = rank_attrs(size)
-    RANK_URI.update({r: a[0] for r, a in attrs.items()})
-    broker_pids = {r: a[1] for r, a in attrs.items()}
-    for rank in broker_pids:
-        if "sdexec" in loaded(rank):
-            raise BenchError(f"rank {rank}: an sdexec module is already loaded")
+    broker_pids = instance_brokers(size=2)
     digest = file_digest(args.file)
     note_before = host_note()
     log("reference: flux exec via rexec")
     baseline = measure_latency(None, 10, 2, service="rexec")
 
     paths = {"C": args.c_module, "ours": args.py_module}
-    order = args.order.split(",")
-    if sorted(order) != ["C", "ours"]:
-        raise BenchError("--order must name C and ours once each")
+    order = module_order(args.order)
     results = {kind: [] for kind in order}
     done = []
     for round_no in range(1, args.rounds + 1):
@@ -239,8 +225,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as exc:
-        log(f"error: {exc}")
-        sys.exit(2)
+    exit_with(main)

@@ -2,6 +2,7 @@
 unloading a module on some ranks, the kernel log.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,41 @@ def rank_attrs(size):
 
         attrs[rank] = (get("local-uri"), int(get("broker.pid")))
     return attrs
+
+
+def instance_brokers(size=None):
+    """{rank: broker.pid} of this instance, RANK_URI filled in, once checked that job shells
+    run through sdexec, that the instance has ``size`` brokers (when given) and that none of
+    them has an sdexec module loaded yet."""
+    conf = json.loads(run(["flux", "config", "get"]).stdout)
+    if conf.get("exec", {}).get("service") != "sdexec":
+        raise BenchError('[exec] service = "sdexec" is not configured')
+    n = int(run(["flux", "getattr", "size"]).stdout)
+    if size is not None and n != size:
+        raise BenchError(f"instance size is {n}, expected {size}")
+    attrs = rank_attrs(n)
+    RANK_URI.update({r: a[0] for r, a in attrs.items()})
+    for rank in attrs:
+        if "sdexec" in loaded(rank):
+            raise BenchError(f"rank {rank}: an sdexec module is already loaded")
+    return {r: a[1] for r, a in attrs.items()}
+
+
+def module_order(text):
+    """``--order``'s value ("C,ours" or "ours,C") as a list."""
+    order = text.split(",")
+    if sorted(order) != ["C", "ours"]:
+        raise BenchError("--order must name C and ours once each")
+    return order
+
+
+def exit_with(main):
+    """Exit with what ``main()`` returns; a BenchError is logged and exits 2."""
+    try:
+        sys.exit(main())
+    except BenchError as exc:
+        log(f"error: {exc}")
+        sys.exit(2)
 
 
 # ---- module load/unload ----
