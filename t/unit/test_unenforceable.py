@@ -9,6 +9,8 @@ trees are cgroup_trees.py's; hybrid and legacy mount a v1 devices hierarchy, whe
 changes.
 """
 
+from pathlib import Path
+
 import pytest
 
 from flux_sdexec.broker import containment_check
@@ -256,3 +258,42 @@ def test_hybrid_is_unchanged(hybrid):
         "DevicePolicy not enforced: hybrid: v1 devices.list allows every device (a *:* rwm)"
     )
     assert memos.calls == [] and log.at("error") == []
+
+
+# ---- what containment-required fails closed on ----
+
+TOP = Path(__file__).resolve().parents[2]
+IMP_UNIT = "imp-shell-0-fA.service"
+
+
+def fail_closed_docs():
+    """The containment-required entry of the man page and the guide's Fail-closed item."""
+    man = (TOP / "doc" / "man5" / "flux-config-sdexec.rst").read_text()
+    guide = (TOP / "doc" / "guide" / "containment.md").read_text()
+    entry = man.split("\nsdexec.containment-required\n", 1)[1].split("\nsdexec.", 1)[0]
+    item = guide.split("- **Fail-closed**", 1)[1].split("\n\n", 1)[0]
+    return " ".join(entry.split()), " ".join(item.split())
+
+
+def test_required_fails_closed_on_not_enforced_only_and_the_docs_say_so(tmp_path):
+    """containment-required fails an exec on a NOT_ENFORCED verdict only: a NOT_CHECKABLE
+    one runs the job, required or not. The cases: a multi-user (imp-shell-…) unit's device
+    policy sdexec cannot see, a process found in no cgroup of its unit. The man page and the
+    guide say which verdicts fail closed and name both cases."""
+    required = ("DevicePolicy", "MemoryMax", "AllowedCPUs")
+    imp = Tree(tmp_path / "imp", cgroups.UNIFIED, v2_controllers="cpuset memory", unit=IMP_UNIT)
+    imp.write("v2", **{"cpuset.cpus.effective": "0", "memory.max": str(4 * GIB)})
+    c, _, memos = checker(imp, required=required)
+    assert c.check(PID, constrained(), IMP_UNIT) is None
+    assert c.stats()["constraints"]["DevicePolicy"][NOT_CHECKABLE] == 1
+    outside = Tree(tmp_path / "outside", cgroups.UNIFIED)
+    (outside.proc / str(PID) / "cgroup").write_text("0::/init.scope\n")
+    c, _, memos = checker(outside, required=required)
+    assert c.check(PID, constrained(), outside.name) is None
+    assert {n: e[NOT_CHECKABLE] for n, e in c.stats()["constraints"].items()} == dict.fromkeys(
+        required, 1
+    )
+    assert memos.calls == []
+    for text in fail_closed_docs():
+        for words in ("not-enforced", "not-checkable", "imp-shell-", "in no cgroup of its unit"):
+            assert words in text, f"{words!r} not in: {text}"
