@@ -203,11 +203,22 @@ class ContainmentChecker:
         proc: the /proc the host is read from (tests).
         memo: called for a constrained exec that runs with UNENFORCEABLE verdicts.
         privileged: the manager runs as root (default: whether this process is root).
+        programs: the BPF device program query (``device_programs.attached``; tests).
     """
 
-    def __init__(self, log, policy, required=(), proc="/proc", memo=None, privileged=None):
+    def __init__(
+        self,
+        log,
+        policy,
+        required=(),
+        proc="/proc",
+        memo=None,
+        privileged=None,
+        programs=device_programs.attached,
+    ):
         self.log = log
         self.proc = proc
+        self.programs = programs
         self.privileged = privileged
         self.memo = memo
         self.tally = enforcement.Tally()
@@ -239,7 +250,9 @@ class ContainmentChecker:
         if self.policy == "off" or not spec.wanted:
             return None
         verdicts = unenforceable.classify(
-            check_containment(pid, spec.wanted, unit, self.proc), self.unenforceable, self.required
+            check_containment(pid, spec.wanted, unit, self.proc, self.programs),
+            self.unenforceable,
+            self.required,
         )
         overflowed = self.tally.overflowed
         for v in self.tally.add(verdicts):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flux_sdexec.broker import containment_check
+from flux_sdexec.broker import containment_check, device_programs
 from flux_sdexec.containment import cgroups, enforcement, unenforceable
 from flux_sdexec.containment.enforcement import (
     ENFORCED,
@@ -162,10 +162,11 @@ class Memos:
         self.calls.append((unit, constraints))
 
 
-def checker(tree, policy="enforce", required=()):
+def checker(tree, policy="enforce", required=(), programs=device_programs.attached):
+    """A checker of ``tree``'s host for an unprivileged manager; ``programs``: the BPF query."""
     log, memos = StubLog(), Memos()
     c = containment_check.ContainmentChecker(
-        log, policy, required, proc=str(tree.proc), memo=memos, privileged=False
+        log, policy, required, proc=str(tree.proc), memo=memos, privileged=False, programs=programs
     )
     return c, log, memos
 
@@ -297,3 +298,61 @@ def test_required_fails_closed_on_not_enforced_only_and_the_docs_say_so(tmp_path
     for text in fail_closed_docs():
         for words in ("not-enforced", "not-checkable", "imp-shell-", "in no cgroup of its unit"):
             assert words in text, f"{words!r} not in: {text}"
+
+
+# ---- a multi-user unit: what the IMP attached, where the kernel says ----
+
+
+def not_known(path):
+    """The BPF query when the kernel does not answer it."""
+    return None
+
+
+def imp_tree(root, layout=cgroups.UNIFIED):
+    """An imp-shell unit whose main process, the IMP, is in a cgroup of its own below the
+    unit's (``job``): where the IMP attaches its device program."""
+    tree = Tree(root, layout, v2_controllers="cpuset memory", unit=IMP_UNIT)
+    (tree.unit["v2"] / "job").mkdir()
+    lines = (tree.proc / str(PID) / "cgroup").read_text().splitlines()
+    lines = [x + "/job" if x.startswith("0::") else x for x in lines]
+    (tree.proc / str(PID) / "cgroup").write_text("\n".join(lines) + "\n")
+    return tree
+
+
+def answers(unit, job):
+    """The BPF query answering ``unit`` for the unit's cgroup and ``job`` for the IMP's."""
+    return lambda path: {IMP_UNIT: unit, "job": job}[Path(path).name]
+
+
+def test_an_imp_shell_unit_is_checked_where_the_bpf_query_answers(tmp_path):
+    """An imp-shell unit is no longer exempt by its name where the kernel says what the IMP
+    attached (the query on the unit's cgroup and on the IMP's own cgroup below it): no
+    program on either is not-enforced, and a required DevicePolicy fails the exec saying
+    so; a program on the IMP's cgroup is enforced; only a query the kernel does not answer
+    leaves the name's not-checkable."""
+    wanted = {"DevicePolicy": "closed"}
+    imp = imp_tree(tmp_path / "unified")
+    none = "unified: no BPF device program is attached to the unit's cgroup or the IMP's below it"
+    assert imp.verdicts(wanted, answers(0, 0)) == {"DevicePolicy": (NOT_ENFORCED, none, "v2")}
+    one = "unified: v2 BPF device programs attached to the unit's cgroup and the IMP's below it: 1"
+    assert imp.verdicts(wanted, answers(0, 1)) == {"DevicePolicy": (ENFORCED, one, "v2")}
+    assert imp.verdicts(wanted, answers(0, not_known(None))) == {
+        "DevicePolicy": (NOT_CHECKABLE, f"unified: {enforcement.IMP_DEVICES}", "v2")
+    }
+    imp.write("v2", **{"cpuset.cpus.effective": "0", "memory.max": str(4 * GIB)})
+    c, _, _ = checker(imp, required=("DevicePolicy",), programs=answers(0, 0))
+    assert c.check(PID, constrained(), IMP_UNIT) == f"DevicePolicy not enforced: {none}"
+    c, _, _ = checker(imp, required=("DevicePolicy",), programs=answers(0, 1))
+    assert c.check(PID, constrained(), IMP_UNIT) is None
+    hybrid = imp_tree(tmp_path / "hybrid", cgroups.HYBRID)
+    hybrid.write("devices", **{"devices.list": "a *:* rwm"})
+    assert hybrid.verdicts(wanted, answers(0, 0)) == {
+        "DevicePolicy": (
+            NOT_ENFORCED,
+            "hybrid: v1 devices.list allows every device (a *:* rwm), and no BPF device"
+            " program is attached to the unit's cgroup or the IMP's below it",
+            "v1:devices",
+        )
+    }
+    hybrid_one = one.replace("unified", "hybrid")
+    assert hybrid.verdicts(wanted, answers(1, 0)) == {"DevicePolicy": (ENFORCED, hybrid_one, "v2")}
