@@ -12,6 +12,8 @@ that answer decides, as for any unit; only a device policy sdexec cannot see (th
 answered) is NOT_CHECKABLE for them rather than failed.
 """
 
+import errno
+
 from flux_sdexec.containment.cgroups import LEGACY, V2
 from flux_sdexec.containment.verdicts import (
     ENFORCED,
@@ -51,22 +53,35 @@ def _allows(entries, node, perms):
     )
 
 
+def _refused(exc):
+    """A BPF query the kernel did not answer, as a reason names it."""
+    code = errno.errorcode.get(exc.errno, str(exc.errno))
+    how = "was refused" if exc.errno in (errno.EPERM, errno.EACCES) else "failed"
+    return f"the BPF program query {how} ({code}): device policy cannot be verified"
+
+
 def _programs(unit):
-    """``(count, below)``: the BPF device programs attached to the unit's own cgroup v2
-    directory and, for a multi-user unit whose main process (the IMP) is in a cgroup below
+    """``(count, below, refused)``: the BPF device programs attached to the unit's own cgroup
+    v2 directory and, for a multi-user unit whose main process (the IMP) is in a cgroup below
     it (``below``), to that one too: the IMP attaches its program to its own cgroup. The
-    count is None when not known: the kernel did not say for each and none has a program."""
+    count is None when not known: the kernel did not say for each (``refused``: the OSError
+    of the last query it did not answer) and none has a program."""
     if unit.cg.programs is None or unit.layout == LEGACY or unit.own(V2) is None:
-        return None, False
+        return None, False, None
     directories = [unit.own(V2)]
     process = unit.cg.paths.get(V2)
     below = is_multiuser_unit(unit.name) and process != directories[0]
     if below:
         directories.append(process)
-    counts = [unit.cg.programs(V2, directory) for directory in directories]
-    if any(counts) or None not in counts:
-        return sum(filter(None, counts)), below
-    return None, below
+    count, refused = 0, None
+    for directory in directories:
+        try:
+            count += unit.cg.programs(V2, directory)
+        except OSError as exc:
+            refused = exc
+    if count or refused is None:
+        return count, below, None
+    return None, below, refused
 
 
 def _cgroups(below, conjunction):
@@ -82,7 +97,7 @@ def _attached(name, unit, programs, below):
 def _imp(name, unit, label, why):
     """A multi-user unit's verdict where its v1 devices cgroup (``why``) restricts nothing:
     the IMP's BPF program decides where the kernel says; NOT_CHECKABLE where it does not."""
-    programs, below = _programs(unit)
+    programs, below, _ = _programs(unit)
     if programs is None:
         return Verdict(name, NOT_CHECKABLE, unit.reason(IMP_DEVICES), label)
     if programs:
@@ -95,7 +110,7 @@ def devices(name, want, wanted, unit):
     multiuser = is_multiuser_unit(unit.name)
     if "devices" not in unit.cg.paths:
         where = V2 if unit.layout != LEGACY else None
-        programs, below = _programs(unit)
+        programs, below, refused = _programs(unit)
         if programs:
             return _attached(name, unit, programs, below)
         if name == "DevicePolicy" and want == "auto" and "DeviceAllow" not in wanted:
@@ -106,6 +121,8 @@ def devices(name, want, wanted, unit):
         reason = USER_MANAGER_DEVICES
         if programs == 0:
             reason = f"no BPF device program is attached to {_cgroups(below, 'or')}"
+        elif refused is not None and unit.cg.privileged:
+            reason = _refused(refused)
         return Verdict(name, NOT_ENFORCED, unit.reason(reason), hierarchy_label(where))
     label = hierarchy_label("devices")
     if unit.own("devices") is None:

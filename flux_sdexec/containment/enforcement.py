@@ -138,7 +138,9 @@ class UnitCgroups:
     ``read(hierarchy, directory, name)``: the text of that file, None when unreadable;
     ``devices``: ``{DeviceAllow path: "c 7:0"}`` for the device nodes the adapter resolved;
     ``programs(hierarchy, directory)``: how many BPF device programs are attached to that
-    cgroup v2 directory, None when the kernel does not say (only root may ask).
+    cgroup v2 directory, raising OSError when the kernel does not say (only root may ask);
+    ``privileged``: the manager runs as root, so a query not answered is not a user
+    manager's missing program but a refused query (no CAP_NET_ADMIN, seccomp).
     """
 
     layout: str
@@ -146,6 +148,7 @@ class UnitCgroups:
     read: Callable
     devices: dict = field(default_factory=dict)
     programs: Callable = None
+    privileged: bool = False
 
 
 class _Unit:

@@ -25,7 +25,7 @@ from flux_sdexec.containment.enforcement import (
 )
 from flux_sdexec.containment.unenforceable import NO_V1_DEVICES, UNENFORCEABLE
 
-from cgroup_trees import GIB, PID, Tree
+from cgroup_trees import GIB, PID, Tree, refused
 from stubs import StubLog
 
 DEVICES = {"DeviceAllow": USER_MANAGER_DEVICES, "DevicePolicy": USER_MANAGER_DEVICES}
@@ -162,11 +162,14 @@ class Memos:
         self.calls.append((unit, constraints))
 
 
-def checker(tree, policy="enforce", required=(), programs=device_programs.attached):
-    """A checker of ``tree``'s host for an unprivileged manager; ``programs``: the BPF query."""
+def checker(
+    tree, policy="enforce", required=(), programs=device_programs.attached, privileged=False
+):
+    """A checker of ``tree``'s host (an unprivileged manager unless ``privileged``);
+    ``programs``: the BPF query."""
     log, memos = StubLog(), Memos()
     c = containment_check.ContainmentChecker(
-        log, policy, required, proc=str(tree.proc), memo=memos, privileged=False, programs=programs
+        log, policy, required, str(tree.proc), memos, privileged, programs
     )
     return c, log, memos
 
@@ -303,11 +306,6 @@ def test_required_fails_closed_on_not_enforced_only_and_the_docs_say_so(tmp_path
 # ---- a multi-user unit: what the IMP attached, where the kernel says ----
 
 
-def not_known(path):
-    """The BPF query when the kernel does not answer it."""
-    return None
-
-
 def imp_tree(root, layout=cgroups.UNIFIED):
     """An imp-shell unit whose main process, the IMP, is in a cgroup of its own below the
     unit's (``job``): where the IMP attaches its device program."""
@@ -320,8 +318,14 @@ def imp_tree(root, layout=cgroups.UNIFIED):
 
 
 def answers(unit, job):
-    """The BPF query answering ``unit`` for the unit's cgroup and ``job`` for the IMP's."""
-    return lambda path: {IMP_UNIT: unit, "job": job}[Path(path).name]
+    """The BPF query answering ``unit`` for the unit's cgroup and ``job`` for the IMP's
+    (None: refused)."""
+
+    def query(path):
+        count = {IMP_UNIT: unit, "job": job}[Path(path).name]
+        return refused(path) if count is None else count
+
+    return query
 
 
 def test_an_imp_shell_unit_is_checked_where_the_bpf_query_answers(tmp_path):
@@ -336,7 +340,7 @@ def test_an_imp_shell_unit_is_checked_where_the_bpf_query_answers(tmp_path):
     assert imp.verdicts(wanted, answers(0, 0)) == {"DevicePolicy": (NOT_ENFORCED, none, "v2")}
     one = "unified: v2 BPF device programs attached to the unit's cgroup and the IMP's below it: 1"
     assert imp.verdicts(wanted, answers(0, 1)) == {"DevicePolicy": (ENFORCED, one, "v2")}
-    assert imp.verdicts(wanted, answers(0, not_known(None))) == {
+    assert imp.verdicts(wanted, answers(0, None)) == {
         "DevicePolicy": (NOT_CHECKABLE, f"unified: {enforcement.IMP_DEVICES}", "v2")
     }
     imp.write("v2", **{"cpuset.cpus.effective": "0", "memory.max": str(4 * GIB)})
@@ -356,3 +360,21 @@ def test_an_imp_shell_unit_is_checked_where_the_bpf_query_answers(tmp_path):
     }
     hybrid_one = one.replace("unified", "hybrid")
     assert hybrid.verdicts(wanted, answers(1, 0)) == {"DevicePolicy": (ENFORCED, hybrid_one, "v2")}
+
+
+# ---- a BPF query the kernel refused ----
+
+
+def test_a_refused_bpf_query_is_the_reason_under_roots_manager(v2):
+    """Root's manager (nothing unenforceable): a BPF query the kernel refused fails the exec
+    naming the refused query, not the unprivileged user manager's systemd#23198; under an
+    unprivileged manager that stays the reason, and the job runs without its policy."""
+    c, _, memos = checker(v2, programs=refused, privileged=True)
+    assert c.check(PID, constrained(), v2.name) == (
+        "DevicePolicy not enforced: unified: the BPF program query was refused (EPERM):"
+        " device policy cannot be verified"
+    )
+    assert memos.calls == []
+    c, _, memos = checker(v2, programs=refused)
+    assert c.check(PID, constrained(), v2.name) is None
+    assert memos.calls == [(v2.name, {"DevicePolicy": DEVICE_REASON})]
