@@ -145,9 +145,12 @@ def host_unenforceable(proc="/proc", privileged=None):
     )
 
 
-def unit_cgroups(pid, proc="/proc", device_allow=None, programs=device_programs.attached):
+def unit_cgroups(
+    pid, proc="/proc", device_allow=None, programs=device_programs.attached, privileged=False
+):
     """The ``enforcement.UnitCgroups`` of ``pid`` (OSError when /proc cannot say).
-    ``programs(path)``: the BPF device programs attached to a cgroup directory, or None."""
+    ``programs(path)``: the BPF device programs attached to a cgroup directory (OSError when
+    the kernel does not say); ``privileged``: the manager runs as root."""
     mounts = cgroup_mounts(proc)
     paths = cgroups.parse_proc_cgroup(_read(f"{proc}/{pid}/cgroup"))
 
@@ -167,13 +170,16 @@ def unit_cgroups(pid, proc="/proc", device_allow=None, programs=device_programs.
         read,
         _device_numbers(device_allow),
         lambda hierarchy, directory: programs(where(hierarchy, directory)),
+        privileged,
     )
 
 
-def check_containment(pid, wanted, unit_name, proc="/proc", programs=device_programs.attached):
+def check_containment(
+    pid, wanted, unit_name, proc="/proc", programs=device_programs.attached, privileged=False
+):
     """Verdicts (``enforcement.check``) for ``wanted`` against the cgroups of ``pid``."""
     try:
-        cg = unit_cgroups(pid, proc, wanted.get("DeviceAllow"), programs)
+        cg = unit_cgroups(pid, proc, wanted.get("DeviceAllow"), programs, privileged)
     except (OSError, ValueError) as exc:
         why = getattr(exc, "strerror", None) or str(exc)
         return [
@@ -203,12 +209,23 @@ class ContainmentChecker:
         proc: the /proc the host is read from (tests).
         memo: called for a constrained exec that runs with UNENFORCEABLE verdicts.
         privileged: the manager runs as root (default: whether this process is root).
+        programs: the BPF device program query (``device_programs.attached``; tests).
     """
 
-    def __init__(self, log, policy, required=(), proc="/proc", memo=None, privileged=None):
+    def __init__(
+        self,
+        log,
+        policy,
+        required=(),
+        proc="/proc",
+        memo=None,
+        privileged=None,
+        programs=device_programs.attached,
+    ):
         self.log = log
         self.proc = proc
-        self.privileged = privileged
+        self.programs = programs
+        self.privileged = os.geteuid() == 0 if privileged is None else privileged
         self.memo = memo
         self.tally = enforcement.Tally()
         self.configure(policy, required)
@@ -239,7 +256,9 @@ class ContainmentChecker:
         if self.policy == "off" or not spec.wanted:
             return None
         verdicts = unenforceable.classify(
-            check_containment(pid, spec.wanted, unit, self.proc), self.unenforceable, self.required
+            check_containment(pid, spec.wanted, unit, self.proc, self.programs, self.privileged),
+            self.unenforceable,
+            self.required,
         )
         overflowed = self.tally.overflowed
         for v in self.tally.add(verdicts):

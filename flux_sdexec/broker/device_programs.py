@@ -2,11 +2,13 @@
 
 On the unified hierarchy a device policy is not a file: systemd (or flux-security's IMP)
 attaches a BPF_CGROUP_DEVICE program to the unit's cgroup. The kernel answers the query only
-to a caller with CAP_NET_ADMIN (root's manager, root's sdexec); anyone else, a directory that
-is no cgroup, or an architecture whose syscall number is not known here gets None: not known.
+to a caller with CAP_NET_ADMIN (root's manager, root's sdexec); anyone else (EPERM, as under a
+seccomp filter), a directory that is no cgroup, or an architecture whose syscall number is not
+known here (ENOSYS) gets an OSError saying why.
 """
 
 import ctypes
+import errno
 import os
 import platform
 import struct
@@ -22,19 +24,21 @@ _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once: asked after every cons
 
 
 def attached(path):
-    """The number of BPF device programs attached to cgroup directory ``path``, or None."""
+    """The number of BPF device programs attached to cgroup directory ``path``.
+
+    Raises:
+        OSError: the kernel did not answer (its errno), or cannot be asked here (ENOSYS).
+    """
     number = _BPF_SYSCALL.get(platform.machine())
     if number is None:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return None
+        raise OSError(errno.ENOSYS, f"no bpf syscall number known for {platform.machine()}")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         attr = ctypes.create_string_buffer(_ATTR_SIZE)
         _QUERY.pack_into(attr, 0, fd, _BPF_CGROUP_DEVICE, 0, 0, 0, 0)
         if _LIBC.syscall(number, _BPF_PROG_QUERY, attr, _ATTR_SIZE) != 0:
-            return None
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
         return _QUERY.unpack_from(attr, 0)[5]
     finally:
         os.close(fd)

@@ -29,9 +29,10 @@ its v1 hierarchy when one is mounted (hybrid and legacy layouts), else nowhere:
   On v2 the policy is a BPF device program attached to the unit's cgroup: enforced when one
   is (root's manager attaches it; only root may ask the kernel), else an unprivileged *user*
   manager attaches none (systemd issue #23198): not enforced. A multi-user job's shell runs
-  under flux-security's IMP, which applies the device policy itself; job-exec names such units
-  ``imp-shell-…``, and for them a device policy sdexec cannot see is NOT_CHECKABLE rather
-  than failed.
+  under flux-security's IMP, which attaches its own program to its own cgroup (the unit's,
+  or one below it); job-exec names such units ``imp-shell-…``, and for them the programs on
+  both decide, and only a device policy sdexec cannot see (the query not answered) is
+  NOT_CHECKABLE rather than failed.
 
 This module finds the unit's cgroups and picks the rule; the rules are in
 ``limit_rules`` and ``device_rules``, the Verdict and its tally in ``verdicts``. The names
@@ -137,7 +138,9 @@ class UnitCgroups:
     ``read(hierarchy, directory, name)``: the text of that file, None when unreadable;
     ``devices``: ``{DeviceAllow path: "c 7:0"}`` for the device nodes the adapter resolved;
     ``programs(hierarchy, directory)``: how many BPF device programs are attached to that
-    cgroup v2 directory, None when the kernel does not say (only root may ask).
+    cgroup v2 directory, raising OSError when the kernel does not say (only root may ask);
+    ``privileged``: the manager runs as root, so a query not answered is not a user
+    manager's missing program but a refused query (no CAP_NET_ADMIN, seccomp).
     """
 
     layout: str
@@ -145,6 +148,7 @@ class UnitCgroups:
     read: Callable
     devices: dict = field(default_factory=dict)
     programs: Callable = None
+    privileged: bool = False
 
 
 class _Unit:

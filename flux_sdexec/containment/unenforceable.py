@@ -13,7 +13,8 @@ applies on a host, whatever the job, and that is known from the cgroup layout at
   devices hierarchy (hybrid or legacy, this project's test machine) the user manager writes
   ``devices.list`` and the check reads it: nothing here. A multi-user job's shell
   (``imp-shell-…``) is confined by flux-security's IMP, which attaches its own device
-  program; its device verdicts are NOT_CHECKABLE already and left alone.
+  program; its device verdicts are read back where the kernel answers (root's sdexec, whose
+  set here is empty) and NOT_CHECKABLE where it does not.
 
 Under ``sdexec.containment-check = "enforce"`` a constraint of that set found not enforced
 does not fail the exec: ``classify`` makes its verdict UNENFORCEABLE (counted apart in the

@@ -6,6 +6,9 @@ unit's own directories holding the files systemd wrote. The hybrid tree is this 
 test machine (v1 controllers, a v2 hierarchy with no controllers, systemd 252).
 """
 
+import errno
+import os
+
 from flux_sdexec.containment import cgroups
 from flux_sdexec.broker import containment_check
 
@@ -69,15 +72,21 @@ class Tree:
         for name, text in files.items():
             (self.unit[hierarchy] / name).write_text(text + "\n")
 
-    def verdicts(self, wanted, programs=lambda path: None):
+    def verdicts(self, wanted, programs=None):
         """``{constraint: (outcome, reason, hierarchy)}``; ``programs(path)``: the BPF device
-        programs the kernel says are attached to a cgroup directory (None: it does not say)."""
+        programs the kernel says are attached to a cgroup directory (default: it does not say,
+        ``refused``)."""
         return {
             v.constraint: (v.outcome, v.reason, v.hierarchy)
             for v in containment_check.check_containment(
-                PID, wanted, self.name, str(self.proc), programs
+                PID, wanted, self.name, str(self.proc), programs or refused
             )
         }
+
+
+def refused(path):
+    """The BPF query refused, as to a process without CAP_NET_ADMIN or under seccomp."""
+    raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
 
 
 def hybrid_files(tree):

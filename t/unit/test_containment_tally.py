@@ -72,7 +72,7 @@ def test_at_most_logged_max_classes_then_one_line_saying_so(monkeypatch):
     )
     verdicts = iter([Verdict("CPUQuota", NOT_ENFORCED, f"reason {w}")] for w in words)
     monkeypatch.setattr(
-        containment_check, "check_containment", lambda pid, wanted, unit, proc: next(verdicts)
+        containment_check, "check_containment", lambda pid, wanted, unit, *where: next(verdicts)
     )
     log = Log()
     checker = containment_check.ContainmentChecker(log, "warn")

@@ -9,9 +9,11 @@ trees are cgroup_trees.py's; hybrid and legacy mount a v1 devices hierarchy, whe
 changes.
 """
 
+from pathlib import Path
+
 import pytest
 
-from flux_sdexec.broker import containment_check
+from flux_sdexec.broker import containment_check, device_programs
 from flux_sdexec.containment import cgroups, enforcement, unenforceable
 from flux_sdexec.containment.enforcement import (
     ENFORCED,
@@ -23,7 +25,7 @@ from flux_sdexec.containment.enforcement import (
 )
 from flux_sdexec.containment.unenforceable import NO_V1_DEVICES, UNENFORCEABLE
 
-from cgroup_trees import GIB, PID, Tree
+from cgroup_trees import GIB, PID, Tree, refused
 from stubs import StubLog
 
 DEVICES = {"DeviceAllow": USER_MANAGER_DEVICES, "DevicePolicy": USER_MANAGER_DEVICES}
@@ -160,10 +162,14 @@ class Memos:
         self.calls.append((unit, constraints))
 
 
-def checker(tree, policy="enforce", required=()):
+def checker(
+    tree, policy="enforce", required=(), programs=device_programs.attached, privileged=False
+):
+    """A checker of ``tree``'s host (an unprivileged manager unless ``privileged``);
+    ``programs``: the BPF query."""
     log, memos = StubLog(), Memos()
     c = containment_check.ContainmentChecker(
-        log, policy, required, proc=str(tree.proc), memo=memos, privileged=False
+        log, policy, required, str(tree.proc), memos, privileged, programs
     )
     return c, log, memos
 
@@ -256,3 +262,119 @@ def test_hybrid_is_unchanged(hybrid):
         "DevicePolicy not enforced: hybrid: v1 devices.list allows every device (a *:* rwm)"
     )
     assert memos.calls == [] and log.at("error") == []
+
+
+# ---- what containment-required fails closed on ----
+
+TOP = Path(__file__).resolve().parents[2]
+IMP_UNIT = "imp-shell-0-fA.service"
+
+
+def fail_closed_docs():
+    """The containment-required entry of the man page and the guide's Fail-closed item."""
+    man = (TOP / "doc" / "man5" / "flux-config-sdexec.rst").read_text()
+    guide = (TOP / "doc" / "guide" / "containment.md").read_text()
+    entry = man.split("\nsdexec.containment-required\n", 1)[1].split("\nsdexec.", 1)[0]
+    item = guide.split("- **Fail-closed**", 1)[1].split("\n\n", 1)[0]
+    return " ".join(entry.split()), " ".join(item.split())
+
+
+def test_required_fails_closed_on_not_enforced_only_and_the_docs_say_so(tmp_path):
+    """containment-required fails an exec on a NOT_ENFORCED verdict only: a NOT_CHECKABLE
+    one runs the job, required or not. The cases: a multi-user (imp-shell-…) unit's device
+    policy sdexec cannot see, a process found in no cgroup of its unit. The man page and the
+    guide say which verdicts fail closed and name both cases."""
+    required = ("DevicePolicy", "MemoryMax", "AllowedCPUs")
+    imp = Tree(tmp_path / "imp", cgroups.UNIFIED, v2_controllers="cpuset memory", unit=IMP_UNIT)
+    imp.write("v2", **{"cpuset.cpus.effective": "0", "memory.max": str(4 * GIB)})
+    c, _, memos = checker(imp, required=required)
+    assert c.check(PID, constrained(), IMP_UNIT) is None
+    assert c.stats()["constraints"]["DevicePolicy"][NOT_CHECKABLE] == 1
+    outside = Tree(tmp_path / "outside", cgroups.UNIFIED)
+    (outside.proc / str(PID) / "cgroup").write_text("0::/init.scope\n")
+    c, _, memos = checker(outside, required=required)
+    assert c.check(PID, constrained(), outside.name) is None
+    assert {n: e[NOT_CHECKABLE] for n, e in c.stats()["constraints"].items()} == dict.fromkeys(
+        required, 1
+    )
+    assert memos.calls == []
+    for text in fail_closed_docs():
+        for words in ("not-enforced", "not-checkable", "imp-shell-", "in no cgroup of its unit"):
+            assert words in text, f"{words!r} not in: {text}"
+
+
+# ---- a multi-user unit: what the IMP attached, where the kernel says ----
+
+
+def imp_tree(root, layout=cgroups.UNIFIED):
+    """An imp-shell unit whose main process, the IMP, is in a cgroup of its own below the
+    unit's (``job``): where the IMP attaches its device program."""
+    tree = Tree(root, layout, v2_controllers="cpuset memory", unit=IMP_UNIT)
+    (tree.unit["v2"] / "job").mkdir()
+    lines = (tree.proc / str(PID) / "cgroup").read_text().splitlines()
+    lines = [x + "/job" if x.startswith("0::") else x for x in lines]
+    (tree.proc / str(PID) / "cgroup").write_text("\n".join(lines) + "\n")
+    return tree
+
+
+def answers(unit, job):
+    """The BPF query answering ``unit`` for the unit's cgroup and ``job`` for the IMP's
+    (None: refused)."""
+
+    def query(path):
+        count = {IMP_UNIT: unit, "job": job}[Path(path).name]
+        return refused(path) if count is None else count
+
+    return query
+
+
+def test_an_imp_shell_unit_is_checked_where_the_bpf_query_answers(tmp_path):
+    """An imp-shell unit is no longer exempt by its name where the kernel says what the IMP
+    attached (the query on the unit's cgroup and on the IMP's own cgroup below it): no
+    program on either is not-enforced, and a required DevicePolicy fails the exec saying
+    so; a program on the IMP's cgroup is enforced; only a query the kernel does not answer
+    leaves the name's not-checkable."""
+    wanted = {"DevicePolicy": "closed"}
+    imp = imp_tree(tmp_path / "unified")
+    none = "unified: no BPF device program is attached to the unit's cgroup or the IMP's below it"
+    assert imp.verdicts(wanted, answers(0, 0)) == {"DevicePolicy": (NOT_ENFORCED, none, "v2")}
+    one = "unified: v2 BPF device programs attached to the unit's cgroup and the IMP's below it: 1"
+    assert imp.verdicts(wanted, answers(0, 1)) == {"DevicePolicy": (ENFORCED, one, "v2")}
+    assert imp.verdicts(wanted, answers(0, None)) == {
+        "DevicePolicy": (NOT_CHECKABLE, f"unified: {enforcement.IMP_DEVICES}", "v2")
+    }
+    imp.write("v2", **{"cpuset.cpus.effective": "0", "memory.max": str(4 * GIB)})
+    c, _, _ = checker(imp, required=("DevicePolicy",), programs=answers(0, 0))
+    assert c.check(PID, constrained(), IMP_UNIT) == f"DevicePolicy not enforced: {none}"
+    c, _, _ = checker(imp, required=("DevicePolicy",), programs=answers(0, 1))
+    assert c.check(PID, constrained(), IMP_UNIT) is None
+    hybrid = imp_tree(tmp_path / "hybrid", cgroups.HYBRID)
+    hybrid.write("devices", **{"devices.list": "a *:* rwm"})
+    assert hybrid.verdicts(wanted, answers(0, 0)) == {
+        "DevicePolicy": (
+            NOT_ENFORCED,
+            "hybrid: v1 devices.list allows every device (a *:* rwm), and no BPF device"
+            " program is attached to the unit's cgroup or the IMP's below it",
+            "v1:devices",
+        )
+    }
+    hybrid_one = one.replace("unified", "hybrid")
+    assert hybrid.verdicts(wanted, answers(1, 0)) == {"DevicePolicy": (ENFORCED, hybrid_one, "v2")}
+
+
+# ---- a BPF query the kernel refused ----
+
+
+def test_a_refused_bpf_query_is_the_reason_under_roots_manager(v2):
+    """Root's manager (nothing unenforceable): a BPF query the kernel refused fails the exec
+    naming the refused query, not the unprivileged user manager's systemd#23198; under an
+    unprivileged manager that stays the reason, and the job runs without its policy."""
+    c, _, memos = checker(v2, programs=refused, privileged=True)
+    assert c.check(PID, constrained(), v2.name) == (
+        "DevicePolicy not enforced: unified: the BPF program query was refused (EPERM):"
+        " device policy cannot be verified"
+    )
+    assert memos.calls == []
+    c, _, memos = checker(v2, programs=refused)
+    assert c.check(PID, constrained(), v2.name) is None
+    assert memos.calls == [(v2.name, {"DevicePolicy": DEVICE_REASON})]
