@@ -84,16 +84,20 @@ class OrphanWatch:
         if timer is not None:
             timer.stop()
             timer.destroy()
+        self._forget(unit)
+
+    def _forget(self, unit):
+        """No more checks of ``unit``: what was kept of it goes."""
         self._attempts.pop(unit, None)
         self._seen.pop(unit, None)
+        self._kept.pop(unit, None)
 
     def _due(self, unit):
         timer = self._timers.pop(unit)
         timer.destroy()
         p = self._registry.by_unit(unit)
         if p is None or not orphans.suspect(p):
-            self._seen.pop(unit, None)
-            self._attempts.pop(unit, None)
+            self._forget(unit)
             return
         if len(self._in_flight) >= MAX_IN_FLIGHT:
             self._arm(unit, BUSY_DELAY)
@@ -110,8 +114,7 @@ class OrphanWatch:
         unit = self._in_flight.pop(future, None)
         p = self._registry.by_unit(unit) if unit is not None else None
         if p is None:
-            self._attempts.pop(unit, None)
-            self._seen.pop(unit, None)
+            self._forget(unit)
             return
         jobid = shell_job(p)
         try:
@@ -122,8 +125,7 @@ class OrphanWatch:
         except (KeyError, TypeError, ValueError) as exc:
             action, why = orphans.RETRY, f"job {jobid}: bad {TOPIC} answer ({exc!r})"
         if action == orphans.STOP:
-            self._attempts.pop(unit, None)
-            self._seen.pop(unit, None)
+            self._forget(unit)
             if p.orphan is None:
                 if p.state in (ProcState.STARTING, ProcState.RUNNING):  # not a kept record
                     self.stopped += 1
