@@ -219,18 +219,21 @@ def test_v2_why_not_without_a_tree_or_a_tarball_is_one_line(tmp_path):
 
 def test_check_v2_with_the_tree_pointing_nowhere_skips_saying_why(tmp_path):
     """The tier, as `make check` runs it, with FLUX_CORE_BUILD pointing nowhere and no
-    tarball to build it from: one SKIP line naming the tree and the command."""
+    tarball to build it from: one SKIP line naming the tree and the command; in CI
+    (CI=true) the same line as a failure."""
     env = v2_host(tmp_path, core=False)
     nowhere = tmp_path / "nowhere"
-    out = run(
-        tmp_path, ["make", "--no-print-directory", "check-v2"], FLUX_CORE_BUILD=str(nowhere), **env
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout == (
-        f"SKIP: v2 tier: no flux-core build tree at FLUX_CORE_BUILD={nowhere} and no flux-core"
-        " tarball to build one (scripts/tarball.sh flux-core says why): run make flux-core"
+    why = (
+        f"no flux-core build tree at FLUX_CORE_BUILD={nowhere} and no flux-core tarball to"
+        " build one (scripts/tarball.sh flux-core says why): run make flux-core"
         " FLUX_CORE_TARBALL=<tarball>\n"
     )
+    check_v2 = ["make", "--no-print-directory", "check-v2"]
+    out = run(tmp_path, check_v2, FLUX_CORE_BUILD=str(nowhere), CI="", **env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"SKIP: v2 tier: {why}"
+    out = run(tmp_path, check_v2, FLUX_CORE_BUILD=str(nowhere), CI="true", **env)
+    assert out.returncode != 0 and out.stdout == f"FAIL: v2 tier cannot run: {why}"
     assert not nowhere.exists() and nothing_ran(tmp_path)
 
 
