@@ -32,6 +32,7 @@ Pure: stdlib and the core only.
 import signal
 
 from flux_sdexec.core.impfatal import runs_imp
+from flux_sdexec.core.shelljobs import shell_job
 from flux_sdexec.core.states import ProcState
 
 KEEP_WAITABLE = "keep-waitable"  # the default
@@ -62,10 +63,12 @@ def keepable(p, held=frozenset()):
     """True for a process (SdProc) the next sdexec can adopt and report: waitable, its
     start reported, no error stored, its unit still loaded (not gone, or ended but in
     ``held``: units sdexec keeps loaded, see systemd/holds.py), not already
-    being let go; or a job shell's answered record kept while its job runs (waits.py)."""
+    being let go; or a job shell's answered record (in its answer grace, or kept while its
+    job runs: waits.py): the job-exec that reattaches asks for it by label, and the
+    disconnect that would revive it in the grace reaches only job-exec's own rank."""
     loaded = not p.unit.gone or p.unit.name in held
-    state = p.state in _HANDED_OVER or (p.state is ProcState.ANSWERED and p.wait.kept)
-    return p.keeps_record and p.error is None and state and loaded
+    answered = p.state is ProcState.ANSWERED and shell_job(p) is not None
+    return p.keeps_record and p.error is None and (p.state in _HANDED_OVER or answered) and loaded
 
 
 def units_to_keep(procs, policy, broker_state, held=frozenset(), jobs_outlive_shutdown=False):

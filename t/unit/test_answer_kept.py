@@ -131,3 +131,14 @@ def test_a_revived_record_whose_job_ended_goes_when_the_watch_says_so():
         Log(syslog.LOG_WARNING, f"shell-0-f1[{p.pid}]: {reason}: let go"),
         ResetFailedUnit(),
     ]
+
+
+def test_a_clean_unload_hands_over_a_job_shell_s_record_still_in_its_grace():
+    """Its rank ended just before the upgrade: job-exec on rank 0 had the answer, and its
+    removal's disconnect reaches only rank 0's sdexec, so nothing revives it here; the next
+    sdexec adopts it all the same (a process that is no job shell still stops)."""
+    p = running()
+    collected(p)
+    other = running(label="L", unit="L:t1.service")
+    collected(other)
+    assert handoff.units_to_keep([p, other], handoff.KEEP_WAITABLE, "run") == {p.unit.name}
