@@ -31,13 +31,13 @@ The keep: a job shell's rank may end long before its job (uneven ranks, a leader
 post-processing), and a job-exec loaded again (``flux sdexec upgrade``, ``flux module
 reload job-exec``) asks every rank's shell by label, the finished ones too; flux-core's
 C module has let the record go by then, and the job dies (``wait label=... not found``).
-So a job shell's record answered to a parked wait, or revived and answered again, has the
-answer grace, and one whose grace ends with its client still there is kept, hidden as in
+So a job shell's record answered to a parked wait, or held (revived, adopted) and answered,
+has the answer grace, and one whose grace ends with its client still there is kept, hidden as in
 the grace, while its job runs: the orphan watch asks for the job's state (WatchJob) and
 JobGone lets it go, KEPT_MAX at the most. Its client leaving revives it as in the grace,
 held until the next client's first wait: the job-exec that reattaches gets the status,
-once per job-exec reload. A clean unload hands it over (handoff.py), as a zombie; one
-adopted so is let go once collected, as before.
+once per job-exec reload. A clean unload hands it over (handoff.py), and the next sdexec
+adopts it as a held zombie.
 Pure: stdlib only.
 """
 
@@ -105,8 +105,8 @@ def retain_or_drop(p, out):
 
 def collect(p, out, drained=False):
     """Answer the waiter with the status (or stored error) once the output read so far is
-    in; then keep the record for the answer grace (a parked wait, or a job shell's revived
-    record: the keep follows) or let it go."""
+    in; then keep the record for the answer grace (a parked wait, or a job shell's held
+    record, revived or adopted: the keep follows) or let it go."""
     if not drained and p.output_open:
         out.append(DrainOutput())
         return S.ZOMBIE
@@ -117,8 +117,8 @@ def collect(p, out, drained=False):
         out.append(AnswerWait(waiter, error=p.error))
     else:
         out.append(AnswerWait(waiter, p.unit.wait_status, tuple(w.retained.items)))
-    revived, w.hold = w.hold is Hold.REVIVED, Hold.NONE
-    if not parked and not (revived and shell_job(p) is not None):
+    held, w.hold = w.hold is not Hold.NONE, Hold.NONE
+    if not parked and not (held and shell_job(p) is not None):
         return release(p, out)
     w.answered_to = waiter
     out.append(ArmGrace(ANSWER_GRACE))

@@ -22,6 +22,7 @@ from flux_sdexec.core.events import (
     LabelReused,
     Log,
     ResetFailedUnit,
+    UnitChanged,
     Unloading,
     WaitRequested,
     WatchJob,
@@ -31,6 +32,7 @@ from flux_sdexec.core.registry import Registry
 from flux_sdexec.core.states import ProcState
 from flux_sdexec.core.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, KEPT_MAX
 
+from helpers import new
 from test_answer_grace import OUTPUT, Waiter, collected, running
 
 S = ProcState
@@ -142,3 +144,14 @@ def test_a_clean_unload_hands_over_a_job_shell_s_record_still_in_its_grace():
     other = running(label="L", unit="L:t1.service")
     collected(other)
     assert handoff.units_to_keep([p, other], handoff.KEEP_WAITABLE, "run") == {p.unit.name}
+
+
+def test_an_adopted_job_shell_record_collected_is_kept_too():
+    """An upgrade's sdexec adopted the shell, job-exec's reattach collected it: the next
+    upgrade's job-exec asks again, so it has the grace and the keep, not an at-once end."""
+    p = new(["sh"], label="shell-0-f1", background=True, waitable=True, adopted=True)
+    props = {"ActiveState": "active", "SubState": "exited", "ExecMainPID": 9}
+    handle(p, UnitChanged({**props, "ExecMainCode": 1, "ExecMainStatus": 0}))
+    waiter = Waiter("job-exec-2")
+    assert handle(p, WaitRequested(waiter)) == [AnswerWait(waiter, 0), ArmGrace(ANSWER_GRACE)]
+    assert handle(p, GraceExpired())[-1] == WatchJob()
