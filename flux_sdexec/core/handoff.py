@@ -64,8 +64,8 @@ def keepable(p, held=frozenset()):
     start reported, no error stored, its unit still loaded (not gone, or ended but in
     ``held``: units sdexec keeps loaded, see systemd/holds.py), not already
     being let go; or a job shell's answered record (in its answer grace, or kept while its
-    job runs: waits.py): the job-exec that reattaches asks for it by label, and the
-    disconnect that would revive it in the grace reaches only job-exec's own rank."""
+    job runs: waits.py): the job-exec that reattaches asks for it by label, whether or not
+    the disconnect that would revive it was seen before this unload."""
     loaded = not p.unit.gone or p.unit.name in held
     answered = p.state is ProcState.ANSWERED and shell_job(p) is not None
     return p.keeps_record and p.error is None and (p.state in _HANDED_OVER or answered) and loaded
