@@ -34,7 +34,7 @@ export PYTHON FLUX_CORE_TARBALL FLUX_SECURITY_TARBALL
 # import); munge, which signs jobs for flux-security's IMP; qemu and mmdebstrap for the v2
 # guest (make vm).
 DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sharness perl procps \
-	libhwloc15 hwloc-nox python3 python3-pystemd python3-cffi python3-pytest python3-yaml \
+	libhwloc15 libhwloc-plugins hwloc-nox python3 python3-pystemd python3-cffi python3-pytest python3-yaml \
 	python3-jsonschema python3-docutils munge curl ca-certificates \
 	qemu-system-x86 qemu-utils mmdebstrap file
 PIP_DEPS := vermin

@@ -28,8 +28,19 @@ struct hwloc_pcidev_attr_s {
     unsigned char revision;
     float linkspeed;
 };
-/* only the member read here: every member of a union starts at offset 0 */
-union hwloc_obj_attr_u { struct hwloc_pcidev_attr_s pcidev; };
+struct hwloc_bridge_attr_s {
+    union { struct hwloc_pcidev_attr_s pci; } upstream;
+    int upstream_type;
+    union { struct { unsigned short domain; unsigned char secondary_bus, subordinate_bus; } pci; }
+        downstream;
+    int downstream_type;
+    unsigned depth;
+};
+/* only the members read here: every member of a union starts at offset 0 */
+union hwloc_obj_attr_u {
+    struct hwloc_pcidev_attr_s pcidev;
+    struct hwloc_bridge_attr_s bridge;
+};
 
 struct hwloc_obj {
     int type;
@@ -69,6 +80,7 @@ struct hwloc_obj {
 typedef struct hwloc_obj * hwloc_obj_t;
 
 unsigned hwloc_get_api_version(void);
+const char *hwloc_obj_type_string(int type);
 int hwloc_topology_init(hwloc_topology_t *topologyp);
 int hwloc_topology_set_flags(hwloc_topology_t topology, unsigned long flags);
 int hwloc_topology_set_io_types_filter(hwloc_topology_t topology, int filter);
@@ -98,6 +110,7 @@ int hwloc_bitmap_next(hwloc_const_bitmap_t bitmap, int prev);
 OBJ_CORE = 2
 OBJ_PU = 3
 OBJ_NUMANODE = 13
+OBJ_BRIDGE = 14
 OBJ_PCI_DEVICE = 15
 OBJ_OS_DEVICE = 16
 # enum hwloc_get_type_depth_e
@@ -113,13 +126,17 @@ _lib = None
 def open_library():
     """The loaded libhwloc (opened once).
 
+    Opened RTLD_GLOBAL: hwloc's plugins (PCI, OpenCL, CUDA, NVML, RSMI discovery on Debian
+    and RHEL) resolve their symbols in the libhwloc already loaded, and fail to load with
+    undefined symbols when it was opened RTLD_LOCAL, cffi's default.
+
     Raises:
         OSError: ENOSYS if libhwloc.so.15 cannot be opened or is not API version 2.
     """
     global _lib
     if _lib is None:
         try:
-            lib = ffi.dlopen("libhwloc.so.15")
+            lib = ffi.dlopen("libhwloc.so.15", ffi.RTLD_NOW | ffi.RTLD_GLOBAL)
         except OSError as exc:
             raise OSError(errno.ENOSYS, f"cannot open libhwloc: {exc}") from None
         version = lib.hwloc_get_api_version()
