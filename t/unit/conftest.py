@@ -16,6 +16,7 @@ from cgroup_trees import Tree
 from flux_sdexec.containment import cgroups
 
 HWLOC = Path(__file__).resolve().parents[1] / "fixtures" / "hwloc"
+H200 = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-node-h200"
 GPUS = {
     "0000:01:00.0": ("nvidia", ["card0", "renderD128"]),
     "0000:41:00.0": ("amdgpu", ["card1", "renderD129"]),
@@ -27,6 +28,28 @@ GPUS = {
 def xml(name):
     """The text of t/fixtures/hwloc/<name>.xml."""
     return (HWLOC / f"{name}.xml").read_text()
+
+
+def h200_xml(beside_gpu=""):
+    """The H200 node's topology, with ``beside_gpu`` (XML objects) put under the host
+    bridge right after the GPU's PCI device."""
+    text = (H200 / "topo-opencl.xml").read_text()
+    gpu = text.index("\n", text.index('pci_busid="0000:00:06.0"')) + 1
+    return text[:gpu] + beside_gpu + text[gpu:]
+
+
+def pci(address, ids="0302 [10de:2335] [10de:18bf] a1", children=""):
+    """An hwloc XML PCI device (an NVIDIA H200 unless ``ids`` says otherwise)."""
+    head = f'<object type="PCIDev" pci_busid="{address}" pci_type="{ids}"'
+    return f"{head}>{children}</object>\n" if children else f"{head}/>\n"
+
+
+def osdev(name, backend="OpenCL"):
+    """An hwloc XML GPU OS device of ``backend``."""
+    return (
+        f'<object type="OSDev" name="{name}" subtype="{backend}" osdev_type="5">'
+        f'<info name="Backend" value="{backend}"/></object>\n'
+    )
 
 
 class Node:

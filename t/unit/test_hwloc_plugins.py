@@ -19,7 +19,9 @@ PLUGINS = glob.glob("/usr/lib*/hwloc/hwloc_pci.so") + glob.glob("/usr/lib*/*/hwl
 # PCI base classes hwloc keeps under the "important" I/O filter the mapper loads with:
 # storage, network, display, processing accelerators
 KEPT_CLASSES = (0x01, 0x02, 0x03, 0x12)
-LIVE = "from flux_sdexec.containment.mapper.topology import Topology; print(Topology().export_xml())"
+LIVE = (
+    "from flux_sdexec.containment.mapper.topology import Topology; print(Topology().export_xml())"
+)
 
 pytestmark = pytest.mark.skipif(
     not PLUGINS, reason="hwloc has no plugins here (Debian: apt-get install libhwloc-plugins)"

@@ -2,7 +2,7 @@
 
 import json
 
-from conftest import HWLOC
+from conftest import H200, HWLOC, h200_xml, pci
 
 from flux_sdexec.containment.mapper import command as cli
 
@@ -66,3 +66,48 @@ def test_errors_exit_1(capsys):
     assert "not a path under /dev/" in run(capsys, "--allowed-devices", "/etc/x")[2]
     assert run(capsys, "--mapper", "NoDots")[0] == 1
     assert run(capsys, "--mapper", "flux_sdexec.containment.mapper.ResourceMapper")[0] == 1
+
+
+def test_list_gpus(capsys):
+    """--list-gpus says, per GPU, its logical id, backend, osdev, PCI address and how found."""
+    rc, out, _ = run(capsys, "--xml", SYNTHETIC, "--list-gpus")
+    assert rc == 0
+    assert out.splitlines()[:3] == [
+        "GPU BACKEND OSDEV     PCI          FOUND",
+        "0   CUDA    cuda0     0000:01:00.0 parent",
+        "1   RSMI    rsmi0     0000:41:00.0 parent",
+    ]
+
+
+def test_list_gpus_real_node(capsys):
+    """On the H200 node the address of its GPU comes from the one candidate."""
+    h200 = ["--xml", str(H200 / "topo-opencl.xml"), "--root", str(H200 / "node")]
+    rc, out, _ = run(capsys, *h200, "--list-gpus")
+    assert (rc, out.splitlines()) == (
+        0,
+        [
+            "GPU BACKEND OSDEV     PCI          FOUND",
+            "0   OpenCL  opencl0d0 0000:00:06.0 the one candidate under bridge 0000:[00-00], "
+            "confirmed by /proc/driver/nvidia/gpus/0000:00:06.0",
+        ],
+    )
+
+
+def test_two_candidates(capsys, tmp_path):
+    """Where two GPUs could be meant, mapping exits 1 naming them; the list says why."""
+    topo = tmp_path / "two.xml"
+    topo.write_text(h200_xml(pci("0000:00:07.0")))
+    h200 = ["--xml", str(topo), "--root", str(H200 / "node")]
+    rc, out, err = run(capsys, *h200, "--cores", "0-3", "--gpus", "0")
+    assert (rc, out) == (1, "")
+    assert "gpu0 (opencl0d0, OpenCL)" in err and "0000:00:06.0, 0000:00:07.0" in err
+    rc, out, _ = run(capsys, *h200, "--list-gpus")
+    assert rc == 1
+    assert out.splitlines()[1].startswith("0   OpenCL  opencl0d0 -   none: 2 PCI devices under")
+
+
+def test_list_no_gpu(capsys):
+    """A topology without GPUs lists none and says what hwloc needs to show one."""
+    rc, out, err = run(capsys, "--xml", str(H200 / "topo-no-gpu-backend.xml"), "--list-gpus")
+    assert (rc, out) == (0, "GPU BACKEND OSDEV PCI FOUND\n")
+    assert "no GPU in the topology" in err and "OpenCL" in err

@@ -5,7 +5,8 @@ entries it returns always name the real ``/dev`` path. For one GPU, in order:
 its DRM nodes (``<sysfs>/bus/pci/devices/<addr>/drm/*`` that exist in /dev/dri),
 then by driver: NVIDIA ``/dev/nvidia<minor>`` (minor from /proc, required) and
 the shared control/UVM nodes present; AMD ``/dev/kfd`` (required, with at least
-one DRM node); any other driver only its DRM nodes.
+one DRM node); any other driver only its DRM nodes. ``confirm`` says whether a GPU
+driver holds a PCI device (for a GPU whose address hwloc does not give).
 """
 
 import errno
@@ -14,6 +15,8 @@ from pathlib import Path
 NVIDIA_DRIVER = "nvidia"
 AMD_DRIVER = "amdgpu"
 NVIDIA_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+# PCI vendor ids of the GPU drivers whose device nodes this module knows
+GPU_VENDORS = {0x10DE: "NVIDIA", 0x1002: "AMD"}
 
 
 class GpuDevices:
@@ -81,6 +84,16 @@ class GpuDevices:
             if exists:
                 found.append(entry)
         return found
+
+    def confirm(self, addr, vendor_id):
+        """(whether the GPU driver of ``vendor_id`` holds the PCI device at ``addr``, the
+        evidence looked for, naming the real path)."""
+        if vendor_id == 0x10DE:
+            listed = self.proc / "driver/nvidia/gpus" / addr
+            return listed.is_dir(), f"/proc/driver/nvidia/gpus/{addr}"
+        if vendor_id == 0x1002:
+            return AMD_DRIVER in (self.driver(addr) or ""), f"driver {AMD_DRIVER} of {addr}"
+        return False, f"a GPU driver of {addr}"
 
     def gpu(self, addr):
         """Every DeviceAllow entry (``"<path> rw"``) of the GPU at PCI address ``addr``.

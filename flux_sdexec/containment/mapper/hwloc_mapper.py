@@ -12,6 +12,7 @@ from flux_sdexec.containment import host
 from flux_sdexec.containment.mapper import memory
 from flux_sdexec.containment.mapper.base import ResourceMapper
 from flux_sdexec.containment.mapper.devices import GpuDevices
+from flux_sdexec.containment.mapper.gpu_address import locate
 from flux_sdexec.containment.mapper.topology import Topology
 from flux_sdexec.core.values import encode_idset, parse_idset
 
@@ -57,22 +58,25 @@ class HwlocMapper(ResourceMapper):
         """One ``DeviceAllow`` for logical GPUs (an idset string); ``{}`` for none.
 
         Raises:
-            OSError: ENOENT naming a GPU the node does not have, ENODEV for a missing node.
+            OSError: ENOENT naming a GPU the node does not have, ENODEV for a missing node
+                or a GPU whose PCI device is not known.
         """
         if not gpus:
             return {}
-        addrs = self.topology.gpus()
+        found = self.topology.gpus()
         entries = []
         for i in _ids(gpus, "GPUs"):
-            if i >= len(addrs):
+            if i >= len(found):
                 raise OSError(
                     errno.ENOENT,
                     f"failed to map GPUs: gpu{i} not found in local topology "
-                    f"(gpu count={len(addrs)})",
+                    f"(gpu count={len(found)})",
                 )
-            if addrs[i] is None:
-                raise OSError(errno.ENODEV, f"failed to map GPUs: gpu{i} has no PCI device")
-            entries += self.devices.gpu(addrs[i])
+            try:
+                address = locate(i, found[i], self.devices.confirm).address
+            except OSError as exc:
+                raise OSError(exc.errno, f"failed to map GPUs: {exc.strerror}") from None
+            entries += self.devices.gpu(address)
         return {"DeviceAllow": ",".join(dict.fromkeys(entries))}
 
     def finalize_properties(self, properties, R, extra_properties=None):

@@ -1,4 +1,4 @@
-"""A node's hwloc topology, read by libhwloc: cores to CPUs and NUMA nodes, GPUs to PCI addresses.
+"""A node's hwloc topology, read by libhwloc: cores to CPUs and NUMA nodes, GPUs as hwloc has them.
 
 Loads the XML the way flux-core's resource module and rhwloc_map do (I/O types
 KEEP_IMPORTANT, instruction caches KEEP_STRUCTURE, not "this system", no
@@ -8,12 +8,43 @@ module that touches libhwloc.
 
 import errno
 import os
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 from flux_sdexec.containment.mapper import _hwloc_abi as abi
 from flux_sdexec.containment.mapper._hwloc_abi import ffi
 
 # hwloc "Backend" infos of OS devices flux-core counts as GPUs (rhwloc.c)
 GPU_BACKENDS = ("CUDA", "NVML", "OpenCL", "RSMI")
+# PCI base classes a GPU has: display controller, processing accelerator
+GPU_CLASSES = (0x03, 0x12)
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    """A PCI device of the topology: ``dddd:bb:dd.f`` address, class and vendor ids."""
+
+    address: str
+    class_id: int
+    vendor_id: int
+
+
+@dataclass(frozen=True)
+class HwlocGpu:
+    """One logical GPU as hwloc shows it.
+
+    ``parent`` is the address of its PCI ancestor. Without one, ``ancestor`` names the
+    osdev's parent, ``candidates`` the GPU-class PCI devices under it that no other GPU
+    osdev of the same backend hangs off, and ``rivals`` the other GPU osdevs of the same
+    backend without a PCI ancestor under that parent.
+    """
+
+    name: str
+    backend: str
+    parent: Optional[str]
+    ancestor: str = ""
+    candidates: Tuple[PciDevice, ...] = ()
+    rivals: Tuple[str, ...] = ()
 
 
 def _info(obj, name):
@@ -134,27 +165,73 @@ class Topology:
         return ids
 
     def gpus(self):
-        """PCI addresses (``dddd:bb:dd.f``) of the GPUs in logical GPU order.
+        """The GPUs (``HwlocGpu``) in logical GPU order.
 
         A GPU is an OS device of a compute backend. One PCI device seen through
         several backends (CUDA and OpenCL) counts once; partitions of one device
-        under the same backend (AMD CPX/TPX) count separately, as in flux-core.
-        ``None`` stands for a GPU without a PCI ancestor.
+        under the same backend (AMD CPX/TPX) count separately, and a GPU without a
+        PCI ancestor always counts, as in flux-core, so the ids are those of R.
         """
         dedup = not os.environ.get("FLUX_HWLOC_GPU_NO_DEDUP")
-        seen, addrs = [], []
-        for obj in self._objects(abi.OBJ_OS_DEVICE):
-            backend = _info(obj, "Backend")
-            if backend not in GPU_BACKENDS:
-                continue
-            pci = _pci_ancestor(obj)
+        osdevs = [
+            (obj, _info(obj, "Backend"), _pci_ancestor(obj))
+            for obj in self._objects(abi.OBJ_OS_DEVICE)
+            if _info(obj, "Backend") in GPU_BACKENDS
+        ]
+        seen, gpus = [], []
+        for obj, backend, pci in osdevs:
             if dedup and pci is not None and any(p == pci and b != backend for p, b in seen):
                 continue
             seen.append((pci, backend))
-            addrs.append(_pci_address(pci) if pci is not None else None)
-        return addrs
+            if pci is not None:
+                gpus.append(HwlocGpu(_name(obj), backend, _pci_address(pci)))
+            else:
+                gpus.append(self._orphan(obj, backend, osdevs))
+        return gpus
+
+    def _orphan(self, obj, backend, osdevs):
+        """The ``HwlocGpu`` of a GPU osdev without a PCI ancestor."""
+        parent = obj.parent
+        claimed = [pci for _, b, pci in osdevs if b == backend and pci is not None]
+        candidates = tuple(
+            _pci_device(pci)
+            for pci in self._objects(abi.OBJ_PCI_DEVICE)
+            if pci.attr.pcidev.class_id >> 8 in GPU_CLASSES
+            and _under(pci, parent)
+            and not any(pci == c for c in claimed)
+        )
+        rivals = tuple(
+            _name(o)
+            for o, b, pci in osdevs
+            if b == backend and pci is None and o != obj and o.parent == parent
+        )
+        return HwlocGpu(_name(obj), backend, None, self._describe(parent), candidates, rivals)
+
+    def _describe(self, obj):
+        """``bridge 0000:[00-00]`` for a bridge, else hwloc's type and logical index."""
+        if obj.type == abi.OBJ_BRIDGE:
+            down = obj.attr.bridge.downstream.pci
+            return f"bridge {down.domain:04x}:[{down.secondary_bus:02x}-{down.subordinate_bus:02x}]"
+        kind = ffi.string(self._lib.hwloc_obj_type_string(obj.type)).decode()
+        return f"{kind} L#{obj.logical_index}"
+
+
+def _name(obj):
+    return ffi.string(obj.name).decode() if obj.name != ffi.NULL else ""
+
+
+def _under(obj, ancestor):
+    parent = obj.parent
+    while parent != ffi.NULL and parent != ancestor:
+        parent = parent.parent
+    return parent != ffi.NULL
 
 
 def _pci_address(pci):
     a = pci.attr.pcidev
     return f"{a.domain:04x}:{a.bus:02x}:{a.dev:02x}.{a.func:x}"
+
+
+def _pci_device(pci):
+    a = pci.attr.pcidev
+    return PciDevice(_pci_address(pci), a.class_id, a.vendor_id)
