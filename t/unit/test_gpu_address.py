@@ -124,3 +124,21 @@ def test_no_candidate():
     """Without the GPU's PCI device in the topology there is nothing to give."""
     xml = h200_xml().replace('pci_type="0302 [10de', 'pci_type="0200 [10de')
     assert f"no GPU of NVIDIA or AMD under {BRIDGE} is free to be it" in addresses(xml)["opencl0d0"]
+
+
+def test_amd_candidate_confirmed_by_the_amdgpu_driver(node):
+    """An AMD device is confirmed by its amdgpu driver link, not by NVIDIA's /proc."""
+    xml = h200_xml().replace("[10de:2335]", "[1002:74a1]")
+    assert "not confirmed by its driver (no driver amdgpu of 0000:00:06.0)" in (
+        addresses(xml, node)["opencl0d0"]
+    )
+    link = node / "sys/bus/pci/devices/0000:00:06.0/driver"
+    link.unlink()
+    (node / "sys/bus/pci/drivers/amdgpu").mkdir()
+    link.symlink_to("../../drivers/amdgpu")
+    assert addresses(xml, node) == {
+        "opencl0d0": GpuAddress(
+            "0000:00:06.0",
+            f"the one candidate under {BRIDGE}, confirmed by driver amdgpu of 0000:00:06.0",
+        )
+    }
