@@ -10,16 +10,21 @@ shell, handed to ``usage.job_usage.JobUsage`` (the job's KVS directory, its ``oo
 exception). The slice is stopped once the unit is gone. Nothing here blocks or raises into
 the caller: a failed read is logged.
 
+A job shell's end is answered (job-exec's wait, bulk-exec's last responses) once its row
+is handed on (``JobUsage.shell_ended``): so rank 0 has written the job's record and posted
+its memo before job-exec hears that the job's last shell ended, and the job is still active
+for the memo. The answers wait in a ``_Settling`` (``after_usage``) meanwhile: a round trip
+to the parent broker, more where a broker looks the job up first.
+
 A job shell adopted at load may have ended under the sdexec before (a bgexec shell that
 ended while job-exec was out for an upgrade, or just before a crash): that sdexec wrote its
 record, raised its ``oom`` exception and, at an unload, stopped its slice. Reading the
 slice again would give nulls (it is gone) or count the OOM kills a second time. So the
 first read of an adopted job shell's exit looks its record up in the job's KVS directory
-first, without waiting (``JobUsage.shell_ended`` with a ``_Check``): there, the record
-written is the process's usage and nothing is sent or raised; not there, the figures read
-at the exit go to the job as for any exec. The KVS is the one place that survives both an
-upgrade and a crash, and a record written is never one this sdexec has to guess. A wait
-answered meanwhile goes out from the lookup's reply (``after_usage``), with the record.
+first, without waiting: there, the record written is the process's usage and nothing is
+sent or raised; not there, the figures read at the exit go to the job as for any exec. The
+KVS is the one place that survives both an upgrade and a crash, and a record written is
+never one this sdexec has to guess. The answers go with the record settled.
 
 Imports no CLI module and nothing of flux.
 """
@@ -91,7 +96,7 @@ class Accounting:
         # goes with its process (a wait may be answered in the step that makes it DONE,
         # and a unit name is free for a new exec once the old one is released)
         self.accounts = weakref.WeakKeyDictionary()
-        self.checking = set()  # _Checks in flight (adopted job shells' lookups)
+        self.settling = set()  # _Settlings in flight (job shells' ends being handed on)
 
     def place(self, p, props):
         """The start ``props`` of ``p`` with a slice of its own, if ``[sdexec] usage`` has
@@ -117,7 +122,7 @@ class Accounting:
             if acct.job is not None:
                 self.jobs.shell_started(acct.job)
                 exit_usec = props.get("ExecMainExitTimestamp")
-                acct.unchecked = True
+                acct.look_up_first = True
                 acct.exited_at = exit_usec / 1e6 if exit_usec else None
 
     def reached(self, p):
@@ -134,10 +139,10 @@ class Accounting:
         if acct is None:
             return
         try:
-            if acct.usage is None and acct.check is None and p.unit.finished:
+            if acct.usage is None and acct.settling is None and p.unit.finished:
                 self._exited(p, acct)
             if p.state is ProcState.DONE:
-                acct.unchecked = False
+                acct.look_up_first = False
                 swept = p.unit.name in self.sweeper  # its start unanswered, say
                 sent = p.calls.stop_sent or p.calls.reset_sent
                 going = p.unit.gone or p.unit.stopping or sent or swept
@@ -180,20 +185,21 @@ class Accounting:
 
     def after_usage(self, p, send):
         """Call ``send(usage)`` once ``p``'s usage is settled, with its JSON (None when
-        unknown): now, or from the reply of the lookup of its job's record (an adopted job
-        shell, the module docstring)."""
+        unknown): now, or, for a job shell that ended, once its row is handed on (the
+        module docstring); sends wait in order."""
         acct = self.accounts.get(p)
-        if acct is not None and acct.check is not None:
-            acct.check.waiting.append(send)
+        if acct is not None and acct.settling is not None:
+            acct.settling.waiting.append(send)
         else:
             send(acct.usage_json() if acct is not None else None)
 
     def flush(self):
-        """At unload: the lookups still out will not be answered; send what waits on them
-        (the usage unknown: answers go without it)."""
-        for check in list(self.checking):
-            self.log.error(f"{check.p.unit.name}: usage: unload before the job's record")
-            check.release()
+        """At unload: the handing on still out will not be answered; send what waits on it
+        (an adopted shell's usage unknown: its answers go without it)."""
+        for settling in list(self.settling):
+            if settling.acct.usage is None:
+                self.log.error(f"{settling.p.unit.name}: usage: unload before the job's record")
+            settling.release()
 
     def slices(self, procs):
         """The accounting slices of ``procs`` (the guard of handed-over units stops them too,
@@ -267,12 +273,12 @@ class Accounting:
     def _now(self, p, acct):
         """``p``'s record as ``sdexec.usage`` gives it: kept if read at its exit, else read
         now (``running`` while it runs)."""
-        check = acct.check  # its job's record being looked up: it ended
-        running = acct.usage is None and check is None
+        settling = acct.settling  # its end being handed on: it ended
+        running = acct.usage is None and settling is None
         if acct.usage is not None:
             rec = acct.usage
         else:
-            rec = check.read if check else self._record(p, acct.slice)
+            rec = settling.read if settling else self._record(p, acct.slice)
         return rec.live(p.unit.name, acct.job, running)
 
     def close(self):
@@ -312,20 +318,23 @@ class Accounting:
         return cgroup_usage.record(self.layout, read, kills, wall, result, status, missing)
 
     def _exited(self, p, acct):
-        """Read ``p``'s slice at its exit (it goes once p is done) and hand a job shell's
-        record to its job; an adopted one's usage is settled once its job's record is
-        looked up (the module docstring)."""
-        check = _Check(p, acct, self.checking, self.log) if acct.unchecked else None
+        """Read ``p``'s slice at its exit (it goes once p is done); a job shell's record
+        goes to its job, and its usage is settled once handed on (an adopted one's: once
+        its job's record is looked up, first) (the module docstring)."""
         read = self._record(p, acct.slice, acct.exited_at)
         self.log.debug(f"{p.unit.name}: usage {json.dumps(read.to_json(), sort_keys=True)}")
-        if check is None:
+        if acct.job is None:
             acct.usage = read
-        else:
-            acct.unchecked, acct.check, check.read = False, check, read
-            self.checking.add(check)
-        if acct.job is not None:
-            memory_max = p.cmd.opts.get(PREFIX + "MemoryMax")
-            self.jobs.shell_ended(acct.job, p.unit.name, read, memory_max, check)
+            return
+        look_up_first, acct.look_up_first = acct.look_up_first, False
+        if not look_up_first:
+            acct.usage = read
+        settling = acct.settling = _Settling(p, acct, read, self.settling, self.log)
+        self.settling.add(settling)
+        memory_max = p.cmd.opts.get(PREFIX + "MemoryMax")
+        self.jobs.shell_ended(
+            acct.job, p.unit.name, read, memory_max, settling.settle, look_up_first
+        )
 
 
 def _request(msg, verb):
@@ -350,9 +359,9 @@ class _Account:
         "slice",
         "job",
         "usage",
-        "unchecked",
+        "look_up_first",
         "exited_at",
-        "check",
+        "settling",
         "stopped",
         "handed_over",
     )
@@ -361,9 +370,9 @@ class _Account:
         self.slice = name  # the accounting slice it runs in
         self.job = job  # the job (f58plain) it is the shell of, or None
         self.usage = None  # its UsageRecord, read at its exit (or its job's, adopted)
-        self.unchecked = False  # an adopted job shell whose job's record may exist already
+        self.look_up_first = False  # an adopted job shell whose job's record may exist already
         self.exited_at = None  # when it exited, from systemd (adopted), epoch seconds
-        self.check = None  # the _Check of its job's record in flight
+        self.settling = None  # the _Settling of its end, while in flight
         self.stopped = False  # its slice's stop was sent
         self.handed_over = False  # its unit is left to the next sdexec at unload: the slice too
 
@@ -372,20 +381,21 @@ class _Account:
         return self.usage.to_json() if self.usage is not None else None
 
 
-class _Check:
-    """One adopted job shell whose job's record is being looked up: the record read at its
-    exit, and the sends (after_usage) that wait for the usage to be settled."""
+class _Settling:
+    """One job shell's end being handed on (its job's record looked up first, adopted):
+    the record read at its exit, and the sends (after_usage) that wait for the usage to be
+    settled."""
 
-    __slots__ = ("p", "acct", "read", "waiting", "checking", "log")
+    __slots__ = ("p", "acct", "read", "waiting", "settling", "log")
 
-    def __init__(self, p, acct, checking, log):
-        self.p, self.acct, self.read, self.waiting = p, acct, None, []
-        self.checking, self.log = checking, log
+    def __init__(self, p, acct, read, settling, log):
+        self.p, self.acct, self.read, self.waiting = p, acct, read, []
+        self.settling, self.log = settling, log
 
     def settle(self, usage):
-        """The lookup answered: ``usage`` (a UsageRecord) is the process's usage; send what
-        waits. Nothing after a flush at unload."""
-        if self.acct.check is not self:
+        """Handed on: ``usage`` (a UsageRecord) is the process's usage; send what waits.
+        Nothing after a flush at unload."""
+        if self.acct.settling is not self:
             return
         self.acct.usage = usage
         self.release()
@@ -393,8 +403,8 @@ class _Check:
     def release(self):
         """Send what waits, each once, with the usage settled (None if unknown); one that
         raises is logged."""
-        self.acct.check = None
-        self.checking.discard(self)
+        self.acct.settling = None
+        self.settling.discard(self)
         waiting, self.waiting = self.waiting, []
         usage = self.acct.usage_json()
         for send in waiting:

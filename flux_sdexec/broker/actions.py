@@ -87,11 +87,17 @@ class ActionRunner:
             raise TypeError(f"no adapter for action {action!r}") from None
         method(p, action)
 
+    # a job shell's last responses wait, in order, for its usage to be handed on
+    # (broker/accounting.py): its job's memo is posted before job-exec hears of its end
     def respond(self, p, a):
-        self._responder.respond(p.exec_request.msg, a.payload)
+        msg = p.exec_request.msg
+        self._accounting.after_usage(p, lambda usage: self._responder.respond(msg, a.payload))
 
     def respond_error(self, p, a):
-        self._responder.respond_error(p.exec_request.msg, a.errnum, a.text)
+        msg = p.exec_request.msg
+        self._accounting.after_usage(
+            p, lambda usage: self._responder.respond_error(msg, a.errnum, a.text)
+        )
 
     def answer_wait(self, p, a):
         if a.error is not None:

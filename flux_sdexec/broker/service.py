@@ -236,9 +236,11 @@ class SdexecService:
         self.bus.pump()
 
     def gathered(self, msg):
-        """``sdexec.usage-gather``: a child's usage rows of a job, merged (usage.job_usage)."""
-        self.job_usage.received(payload_of(msg, "usage-gather"))
-        self.responder.respond(msg, {})
+        """``sdexec.usage-gather``: a child's usage rows of a job, merged, answered once
+        handed on (usage.job_usage)."""
+        self.job_usage.received(
+            payload_of(msg, "usage-gather"), lambda: self.responder.respond(msg, {})
+        )
 
     def reconfigure(self, conf):
         """``config-reload``: every key checked (RequestError) before any is applied."""

@@ -517,6 +517,12 @@ class Gatherings:
                 self._pass_on(jobid, job.gather, rows, missing, False, out)
         return out
 
+    def settling(self, jobid):
+        """Rows of job ``jobid`` are kept here until its gathering can begin (its ranks
+        being looked up, or at rank 0 its record read back): not merged or passed on yet."""
+        job = self.jobs.get(jobid)
+        return job is not None and bool(job.early)
+
     def ranks_of(self, jobid):
         """Job ``jobid``'s ranks if found here, else None."""
         job = self.jobs.get(jobid)

@@ -12,6 +12,14 @@ is refused by the job manager (logged at debug level): the KVS record stays. OOM
 job shell's unit become a non-fatal job exception of type ``oom``, raised by the rank at
 once.
 
+Rows handed in here (this rank's shell's, a child's message) are answered once handed on:
+sent up and answered by the parent, written at rank 0 (the commit answered, the memo posted
+before it), or merged into a gathering that awaits the job's other ranks; a gathering that
+cannot begin yet (the job's R, or at rank 0 its record read back, being looked up) holds
+them until it can. So the answer of a job's last shell reaches job-exec after its memo is
+posted, while the job is active. Each wait on a parent's or the KVS's answer is bounded
+(HAND_ON_S); an unload lets go of all of them.
+
 A running job's rows are gathered the same way on demand (``flux sdexec usage [--watch]``):
 ``sdexec.usage-live`` to rank 0 asks each child whose subtree holds a job rank, each of them
 its own, with a shorter wait at each level; every broker answers its parent once with its
@@ -40,6 +48,7 @@ LIVE_TOPIC = "sdexec.usage-live"
 LIVE_WAIT_S = 2.0  # how long a live gathering waits for the subtree's rows, by default
 LIVE_WAIT_MAX_S = 60.0  # ... at most
 LIVE_STEP_S = 0.25  # each level down the tree waits this much less than the one above
+HAND_ON_S = 60.0  # the longest rows handed in wait for the parent's (or the KVS's) answer
 
 
 class JobUsage:
@@ -60,6 +69,8 @@ class JobUsage:
         self.gatherings = core.Gatherings(rank, host, time.time())
         self.timers = {}  # job id -> its check timer, while armed
         self.pending = set()  # futures in flight
+        self.handing = {}  # job id -> what waits for its rows handed in to be handed on
+        self.carrying = {}  # future that hands rows on -> what waits for its answer
         self.topology = None  # this broker's subtree (overlay.topology), once answered
         self._waiting_topology = []  # what waits for the topology: callables
         self.live = set()  # the live gatherings not answered yet (their finish callables)
@@ -75,66 +86,86 @@ class JobUsage:
         job's R, the overlay's topology) is asked now, so that its end waits for neither."""
         self._handle(core.ShellStarted(job_number(plain)))
 
-    def shell_ended(self, plain, unit, usage, memory_max, check=None):
+    def shell_ended(self, plain, unit, usage, memory_max, settle, look_up_first=False):
         """Job ``plain``'s (f58plain) shell ``unit`` on this rank ended having used ``usage``
         (a UsageRecord): gather it, and raise an ``oom`` exception on the job if it counts
-        OOM kills (``memory_max``: the unit's MemoryMax, or None, for the exception's note).
+        OOM kills (``memory_max``: the unit's MemoryMax, or None, for the exception's note);
+        ``settle(record)`` once it is handed on (the module docstring).
 
-        ``check``, an adopted shell's: look this rank's record up first; the one found is
-        kept and nothing is sent or raised; none: as above; a failed lookup sends nothing.
-        Then ``check.settle(record)`` with the usage settled.
+        ``look_up_first``, an adopted shell's: look this rank's record up first; the one
+        found is kept (``settle`` with it) and nothing is sent or raised; none: as above; a
+        failed lookup sends nothing.
         """
-        ended = core.ShellEnded(plain, unit, usage, memory_max)
-        if check is None:
-            self._handle(ended)
+        ended, jobid = core.ShellEnded(plain, unit, usage, memory_max), job_number(plain)
+        if not look_up_first:
+            self._hand_in(jobid, ended, lambda: settle(usage))
             return
 
         def on_reply(exc, record=None):
-            settled = usage
             try:
                 if record is not None and "missing" not in record:
-                    settled = UsageRecord.from_json(record)
                     self.log.info(
                         f"{unit}: usage of job {plain} on rank {self.rank} was recorded "
                         "by the sdexec before: kept"
                     )
-                elif exc is None or exc.errno == errno.ENOENT:
-                    self._handle(ended)
-                else:
-                    self.log.error(
-                        f"{unit}: usage: cannot tell whether job {plain}'s record is written"
-                        f" ({exc.strerror or exc}): left as it is"
-                    )
+                    settle(UsageRecord.from_json(record))
+                    return
+                if exc is None or exc.errno == errno.ENOENT:
+                    self._hand_in(jobid, ended, lambda: settle(usage))
+                    return
+                self.log.error(
+                    f"{unit}: usage: cannot tell whether job {plain}'s record is written"
+                    f" ({exc.strerror or exc}): left as it is"
+                )
             except Exception as bug:  # the held answers go out all the same
                 self.log.error(f"{unit}: usage: {bug!r}")
-            check.settle(settled)
+            settle(usage)
 
-        self._look_up(kvs_key(core.dothex(job_number(plain)), self.rank), on_reply)
+        self._look_up(kvs_key(core.dothex(jobid), self.rank), on_reply)
 
-    def received(self, body):
+    def received(self, body, then):
         """The payload of ``sdexec.usage-gather`` from a child's sdexec, merged into the
-        job's gathering.
+        job's gathering; ``then()`` once handed on (the module docstring).
 
         Raises:
-            RequestError: EPROTO, a malformed payload (nothing is merged).
+            RequestError: EPROTO, a malformed payload (nothing is merged, ``then`` dropped).
         """
-        self._handle(core.parse_gather(body))
+        came = core.parse_gather(body)
+        self._hand_in(came.jobid, came, then)
+
+    def _hand_in(self, jobid, event, then):
+        """Rows of job ``jobid`` handed in (``event``): ``then()`` once handed on."""
+        self.handing.setdefault(jobid, []).append(then)
+        self._handle(event)
 
     def _handle(self, event):
-        """Feed ``event`` to the gatherings and perform what they ask, in order."""
+        """Feed ``event`` to the gatherings and perform what they ask, in order; then what
+        waits for a job's rows to be handed on waits for the send or write that carries
+        them, or goes now (merged, awaiting the job's other ranks), unless its gathering
+        cannot begin yet."""
+        carried = {}
         for action in self.gatherings.handle(event, time.monotonic()):
-            self._perform(action)
+            after = self._perform(action)
+            if after is not None:
+                carried[action.jobid] = after
+        for jobid in [j for j in self.handing if not self.gatherings.settling(j)]:
+            waiting = self.handing.pop(jobid)
+            if jobid in carried:
+                carried[jobid].extend(waiting)
+            else:
+                self._call(waiting)
 
     def _perform(self, action):
-        """One action of the gatherings: its RPC, KVS commit, memo or timer."""
+        """One action of the gatherings: its RPC, KVS commit, memo or timer; for a send or
+        write, the list of what waits for its answer."""
         if isinstance(action, core.WriteRecord):
-            self._write(action)
-        elif isinstance(action, core.SendUp):
+            return self._write(action)
+        if isinstance(action, core.SendUp):
             import flux.constants  # flux's: not in the unit tier
 
             future = self.h.rpc(GATHER_TOPIC, action.payload, flux.constants.FLUX_NODEID_UPSTREAM)
-            self._hold(future, f"usage of job {action.jobid}: to the parent broker")
-        elif isinstance(action, core.RaiseOom):
+            return self._carry(future, f"usage of job {action.jobid}: to the parent broker")
+        if isinstance(action, core.RaiseOom):
             from flux.job import job_raise_async  # flux's: not in the unit tier
 
             future = job_raise_async(self.h, action.jobid, core.OOM_TYPE, 1, action.note)
@@ -153,17 +184,21 @@ class JobUsage:
             self._ask_health(action.jobid)
         else:
             raise TypeError(f"not a gathering action: {action!r}")
+        return None
 
     def _write(self, action):
-        """Rank 0: the record's entries in one commit, then the memo, if any."""
+        """Rank 0: the record's entries in one commit, then the memo, if any; returns what
+        waits for the commit's answer."""
         import flux.kvs  # flux's: not in the unit tier
 
         txn = flux.kvs.KVSTxn(self.h, action.directory)
         for key, value in action.entries.items():
             txn.put(key, value)
-        self._hold(flux.kvs.commit_async(self.h, _kvstxn=txn), f"usage of job {action.jobid}")
+        future = flux.kvs.commit_async(self.h, _kvstxn=txn)
+        after = self._carry(future, f"usage of job {action.jobid}")
         if action.memo is not None:
             self.memos.post(action.jobid, action.memo, f"usage of job {action.jobid}: memo")
+        return after
 
     def _look_up_ranks(self, jobid):
         """The job's R, then the topology: RanksFound (no R, an error, or an R without
@@ -346,12 +381,16 @@ class JobUsage:
 
     def close(self):
         """Unload: what each gathering holds goes on now (the rest follows as corrections
-        to whoever comes next), each live one is answered with what it has; futures still
-        out are let go."""
+        to whoever comes next), each live one is answered with what it has, what waits for
+        rows to be handed on goes; futures still out are let go."""
         for finish in list(self.live):
             finish()
         for action in self.gatherings.unloading():
             self._perform(action)
+        waiting = [*self.handing.values(), *self.carrying.values()]
+        self.handing, self.carrying = {}, {}
+        for then in waiting:
+            self._call(then)
         self.pending.clear()
 
     # ---- flux ----
@@ -398,6 +437,32 @@ class JobUsage:
 
         self.pending.add(future)
         future.then(self.watchers.guard(done, what))
+
+    def _carry(self, future, what):
+        """Keep ``future``, which hands rows on, until it is answered or HAND_ON_S passed;
+        log its error; returns the list of what waits for it (each called then, once)."""
+        after = []
+
+        def done(f):
+            self.carrying.pop(f, None)
+            try:
+                f.get()
+            except OSError as exc:
+                self.log.error(f"{what}: {exc.strerror or exc}")
+            self._call(after)
+
+        self.carrying[future] = after
+        future.then(self.watchers.guard(done, what), timeout=HAND_ON_S)
+        return after
+
+    def _call(self, waiting):
+        """Call each of ``waiting`` once, emptying it; one that raises is logged."""
+        while waiting:
+            then = waiting.pop(0)
+            try:
+                then()
+            except Exception as exc:  # the others go all the same
+                self.log.error(f"usage: handed on: {exc!r}")
 
 
 def _ranks(R):

@@ -70,8 +70,9 @@ class Proc:
 
 class Jobs(JobUsage):
     """The real ``JobUsage`` with the flux side of its own: it records the records handed
-    to the job's gathering (JSON, from each ShellEnded) and holds its lookups until
-    answered, as a KVS future would be."""
+    to the job's gathering (JSON, from each ShellEnded), holds its lookups until answered,
+    as a KVS future would be, and what waits for the records to be handed on until
+    ``hand_on`` (the parent broker's answer)."""
 
     def __init__(self):
         super().__init__(None, logging.getLogger("t"), 0, "node0", None, None, ())
@@ -91,6 +92,11 @@ class Jobs(JobUsage):
     def answer(self, exc=None, record=None):
         key, on_reply = self.sent.pop(0)
         on_reply(exc, record)
+
+    def hand_on(self):
+        waiting, self.handing = self.handing, {}
+        for then in waiting.values():
+            self._call(then)
 
 
 def accounting(proc, kmsg="", bridge=None, sweeper=frozenset(), jobs=None, usage="all"):
@@ -333,8 +339,8 @@ class Future:
         self.topic, self.payload, self.nodeid = topic, payload, nodeid
         self.callback = self.body = self.error = None
 
-    def then(self, callback):
-        self.callback = callback
+    def then(self, callback, timeout=-1.0):
+        self.callback, self.timeout = callback, timeout
 
     def get(self):
         if self.error is not None:
@@ -374,6 +380,10 @@ class LiveTree(JobUsage):
 
 
 ROW = {"cpu_user_s": 1.0, "running": True}
+
+
+def ignored(*args):
+    """What waits for rows to be handed on, where a test does not look at it."""
 
 
 def test_a_live_gathering_asks_each_child_with_job_ranks_once_and_answers_once():
@@ -450,7 +460,7 @@ def test_every_check_timer_is_destroyed_once_done_with():
     """A gathering through three checks to its record: each timer that fired or was
     cancelled is destroyed, none is left in the flux handle."""
     jobs = Checked()
-    jobs.received({"id": job_number("f2"), "rank": 1, "rows": {"1": dict(ROW, rank=1)}})
+    jobs.received({"id": job_number("f2"), "rank": 1, "rows": {"1": dict(ROW, rank=1)}}, ignored)
     for _ in range(3):
         (timer,) = jobs.watchers.armed()
         timer.fire()
@@ -458,7 +468,11 @@ def test_every_check_timer_is_destroyed_once_done_with():
         health.answer({"children": [{"rank": 1, "status": "full"}]})
         health.callback = None
     jobs.shell_ended(
-        "f2", "shell-0-f2.service", UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0), None
+        "f2",
+        "shell-0-f2.service",
+        UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0),
+        None,
+        ignored,
     )
     (write,) = jobs.written
     assert sorted(write.entries) == ["0", "1"]
@@ -481,7 +495,11 @@ def test_an_r_without_ranks_is_logged_and_its_rows_go_on_as_they_come():
     is gathered as one with no R."""
     jobs = Checked(R={"execution": {"R_lite": [{}]}})
     jobs.shell_ended(
-        "f2", "shell-0-f2.service", UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0), None
+        "f2",
+        "shell-0-f2.service",
+        UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0),
+        None,
+        ignored,
     )
     (write,) = jobs.written
     assert list(write.entries) == ["0"]
@@ -503,7 +521,11 @@ def test_a_job_begun_under_the_sdexec_before_has_its_record_read_back_per_rank()
 
     jobs._look_up = look_up
     jobs.shell_ended(
-        "f2", "shell-0-f2.service", UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0), None
+        "f2",
+        "shell-0-f2.service",
+        UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0),
+        None,
+        ignored,
     )
     assert sorted(answers) == [
         f"job.{usage_gather.dothex(job_number('f2'))}.sdexec-usage.{r}" for r in (0, 1)

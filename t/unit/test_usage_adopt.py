@@ -180,14 +180,34 @@ def test_a_unit_adopted_running_is_looked_up_when_it_ends(tmp_path):
 
 
 def test_a_process_this_sdexec_started_is_written_at_once(tmp_path, monkeypatch):
+    """No lookup: its record goes to the job at its exit; its answers wait, in order, for
+    the record to be handed on (so its job's memo is posted before job-exec hears of the
+    end), then carry it."""
     acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     monkeypatch.setattr(cgroup_usage, "accounting_slice", lambda unit, token: SLICE)
     p = adopted(acc, adopt=False)
     acc.reached(p)
     assert acc.jobs.sent == [] and len(acc.jobs.commits) == 1
     sent = []
+    acc.after_usage(p, lambda u: sent.append(("wait", u["cpu_user_s"])))
+    acc.after_usage(p, lambda u: sent.append("finished"))
+    assert sent == []
+    acc.jobs.hand_on()
+    assert sent == [("wait", 2.0), "finished"]
     acc.after_usage(p, lambda u: sent.append("now"))
-    assert sent == ["now"]
+    assert sent[-1] == "now"
+
+
+def test_an_end_not_handed_on_at_unload_answers_with_what_was_read(tmp_path, monkeypatch):
+    acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
+    monkeypatch.setattr(cgroup_usage, "accounting_slice", lambda unit, token: SLICE)
+    p = adopted(acc, adopt=False)
+    acc.reached(p)
+    sent = []
+    acc.after_usage(p, lambda u: sent.append(u["cpu_user_s"]))
+    acc.flush()
+    acc.jobs.hand_on()  # too late: nothing more is sent
+    assert sent == [2.0]
 
 
 def test_a_missing_mark_found_is_no_record_the_figures_read_are_written(tmp_path):
@@ -198,4 +218,5 @@ def test_a_missing_mark_found_is_no_record_the_figures_read_are_written(tmp_path
     acc.reached(p)
     acc.jobs.answer(record={"rank": 0, "missing": "no record within 3600 s"})
     assert len(acc.jobs.commits) == 1 and acc.jobs.commits[0]["cpu_user_s"] == 2.0
+    acc.jobs.hand_on()
     assert usage(acc, p)["cpu_user_s"] == 2.0
