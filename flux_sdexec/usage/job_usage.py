@@ -70,7 +70,7 @@ class JobUsage:
         self.timers = {}  # job id -> its check timer, while armed
         self.pending = set()  # futures in flight
         self.handing = {}  # job id -> what waits for its rows handed in to be handed on
-        self.carrying = {}  # future that hands rows on -> what waits for its answer
+        self.holding = {}  # future held until answered -> what waits for its answer
         self.topology = None  # this broker's subtree (overlay.topology), once answered
         self._waiting_topology = []  # what waits for the topology: callables
         self.live = set()  # the live gatherings not answered yet (their finish callables)
@@ -164,7 +164,8 @@ class JobUsage:
             import flux.constants  # flux's: not in the unit tier
 
             future = self.h.rpc(GATHER_TOPIC, action.payload, flux.constants.FLUX_NODEID_UPSTREAM)
-            return self._carry(future, f"usage of job {action.jobid}: to the parent broker")
+            what = f"usage of job {action.jobid}: to the parent broker"
+            return self._hold(future, what, HAND_ON_S)
         if isinstance(action, core.RaiseOom):
             from flux.job import job_raise_async  # flux's: not in the unit tier
 
@@ -195,7 +196,7 @@ class JobUsage:
         for key, value in action.entries.items():
             txn.put(key, value)
         future = flux.kvs.commit_async(self.h, _kvstxn=txn)
-        after = self._carry(future, f"usage of job {action.jobid}")
+        after = self._hold(future, f"usage of job {action.jobid}", HAND_ON_S)
         if action.memo is not None:
             self.memos.post(action.jobid, action.memo, f"usage of job {action.jobid}: memo")
         return after
@@ -387,8 +388,8 @@ class JobUsage:
             finish()
         for action in self.gatherings.unloading():
             self._perform(action)
-        waiting = [*self.handing.values(), *self.carrying.values()]
-        self.handing, self.carrying = {}, {}
+        waiting = [*self.handing.values(), *self.holding.values()]
+        self.handing, self.holding = {}, {}
         for then in waiting:
             self._call(then)
         self.pending.clear()
@@ -425,34 +426,21 @@ class JobUsage:
         self.pending.add(future)
         future.then(self.watchers.guard(done, key))
 
-    def _hold(self, future, what):
-        """Keep ``future`` until it is fulfilled; log its error."""
-
-        def done(f):
-            self.pending.discard(f)
-            try:
-                f.get()
-            except OSError as exc:
-                self.log.error(f"{what}: {exc.strerror or exc}")
-
-        self.pending.add(future)
-        future.then(self.watchers.guard(done, what))
-
-    def _carry(self, future, what):
-        """Keep ``future``, which hands rows on, until it is answered or HAND_ON_S passed;
-        log its error; returns the list of what waits for it (each called then, once)."""
+    def _hold(self, future, what, timeout=-1.0):
+        """Keep ``future`` until it is answered (or ``timeout`` seconds passed); log its
+        error; returns the list of what waits for it (each called then, once)."""
         after = []
 
         def done(f):
-            self.carrying.pop(f, None)
+            self.holding.pop(f, None)
             try:
                 f.get()
             except OSError as exc:
                 self.log.error(f"{what}: {exc.strerror or exc}")
             self._call(after)
 
-        self.carrying[future] = after
-        future.then(self.watchers.guard(done, what), timeout=HAND_ON_S)
+        self.holding[future] = after
+        future.then(self.watchers.guard(done, what), timeout=timeout)
         return after
 
     def _call(self, waiting):

@@ -167,4 +167,4 @@ def test_each_gathering_event_leaves_nothing_waiting_that_could_go():
     rank0.child_sends()
     rank0.end_shell()
     rank0.sent("kvs.commit")[0].answer({})
-    assert rank0.handing == {} and rank0.carrying == {}
+    assert rank0.handing == {} and rank0.holding == {}
