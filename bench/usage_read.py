@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flux_sdexec.broker.accounting import Accounting  # noqa: E402
+from flux_sdexec.usage.accounting import Accounting  # noqa: E402
 from flux_sdexec.config import Settings  # noqa: E402
 from flux_sdexec.core.registry import Registry  # noqa: E402
 

@@ -88,7 +88,7 @@ class ActionRunner:
         method(p, action)
 
     # a job shell's last responses wait, in order, for its usage to be handed on
-    # (broker/accounting.py): its job's memo is posted before job-exec hears of its end
+    # (usage/accounting.py): its job's memo is posted before job-exec hears of its end
     def respond(self, p, a):
         msg = p.exec_request.msg
         self._accounting.after_usage(p, lambda usage: self._responder.respond(msg, a.payload))
@@ -110,7 +110,7 @@ class ActionRunner:
                 result["usage"] = usage  # flux-core's clients read status and output only
             self._responder.respond(a.waiter.msg, result)
 
-        # an adopted job shell's usage is its job's record, looked up first (broker/accounting.py)
+        # an adopted job shell's usage is its job's record, looked up first (usage/accounting.py)
         self._accounting.after_usage(p, send)
 
     def check_containment(self, p, a):

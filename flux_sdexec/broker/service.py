@@ -38,7 +38,7 @@ from flux_sdexec.systemd.bus import BusWatcher
 from flux_sdexec.systemd.calls import Calls
 from flux_sdexec.systemd.sweeper import Sweeper
 from flux_sdexec.usage.job_usage import JobUsage
-from flux_sdexec.broker.accounting import Accounting
+from flux_sdexec.usage.accounting import Accounting
 from flux_sdexec.broker.watchers import Watchers
 from flux_sdexec.core.errors import RequestError, UnitError
 from flux_sdexec.core.events import (
@@ -79,7 +79,7 @@ class SdexecService:
         orphan_interval: ``[sdexec] orphan-check-interval`` (broker/orphan_watch.py).
         jobs_outlive_shutdown: the broker runs with ``FLUX_DISABLE_JOB_CLEANUP`` (handoff.py).
         restart_grace: ``[sdexec] restart-grace`` (handoff.py).
-        usage: ``[sdexec] usage``, which units get an accounting slice (broker/accounting.py).
+        usage: ``[sdexec] usage``, which units get an accounting slice (usage/accounting.py).
         bridge_class: what reaches systemd (``SystemdBridge``; tests give a fake).
     """
 

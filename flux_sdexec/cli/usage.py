@@ -21,7 +21,7 @@ import flux.kvs
 from flux.job import JobID
 
 from flux_sdexec.cli import ask, usagerows
-from flux_sdexec.core.usage_record import kvs_dir, total
+from flux_sdexec.usage.record import kvs_dir, total
 from flux_sdexec.usage.job_usage import LIVE_STEP_S, LIVE_WAIT_MAX_S
 
 # The least -t: the tree then waits 1 s at rank 0, and four levels each wait LIVE_STEP_S less

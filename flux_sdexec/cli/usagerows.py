@@ -1,13 +1,13 @@
 """``flux sdexec usage`` without flux: a job's per-rank records to table rows. Pure.
 
-A record is the JSON of a ``core.usage_record.UsageRecord`` with its rank and host (the
+A record is the JSON of a ``usage.record.UsageRecord`` with its rank and host (the
 job's KVS key ``sdexec-usage.<rank>``, or a rank's live ``sdexec.usage`` answer while it
 runs, marked ``running``), or a rank without one: ``{"rank", "missing": why}``. With
 ``--watch``, each rank's CPU% since the sample before (``cpu_percent``).
 """
 
 from flux_sdexec.cli.columns import render
-from flux_sdexec.core.usage_record import UsageRecord, total
+from flux_sdexec.usage.record import UsageRecord, total
 
 COLUMNS = (
     ("JOBID", "jobid"),

@@ -1,8 +1,16 @@
-"""What a unit used, and where its job's figures go.
+"""Usage: what each unit used, gathered per job up the TBON, and where a job's figures go.
 
-- ``cgroup_usage``: a unit's accounting slice, and its usage record from the slice's cgroup files;
-- ``oom_log``: v1 OOM kills from the kernel log (/dev/kmsg);
-- ``job_usage``: a job shell's record in the job's KVS directory, and its ``oom`` exception.
+Pure:
 
-Pure but for ``oom_log`` (reads /dev/kmsg) and ``job_usage`` (flux, inside its methods).
+- ``record``: the usage record, its JSON and its KVS keys;
+- ``cgroup_usage``: a unit's accounting slice, and its record from the slice's cgroup files;
+- ``job_gather``: one job's gathering at one broker (the merge, the wait, the job's totals);
+- ``gather_events``: the gathering's events, actions and ``sdexec.usage-gather`` payload;
+- ``gatherings``: every job's gathering at one broker, events in, actions out.
+
+The flux side:
+
+- ``accounting``: each process's slice placed, read at its exit and stopped at its end;
+- ``job_usage``: the gatherings' actions carried out (RPCs, timers, the KVS, the memo);
+- ``oom_log``: v1 OOM kills from the kernel log (/dev/kmsg).
 """

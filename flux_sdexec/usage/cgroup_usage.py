@@ -12,7 +12,7 @@ cgroup (``oom_kill_slice``), or are ``null`` with the reason, never a made-up nu
 
 ``read(hierarchy, name)`` gives the text of file ``name`` in the slice's cgroup on
 ``hierarchy`` (``"v2"`` or a v1 controller, as in ``cgroups``), None when unreadable.
-Pure: the slice files' reads are the caller's (``broker.accounting``), as is where the
+Pure: the slice files' reads are the caller's (``usage.accounting``), as is where the
 slices are and stopping them.
 """
 
@@ -20,7 +20,7 @@ import re
 
 from flux_sdexec.containment.cgroups import LEGACY, V2
 from flux_sdexec.core.naming import slice_escape, slice_unescape
-from flux_sdexec.core.usage_record import FIGURES, UsageRecord
+from flux_sdexec.usage.record import FIGURES, UsageRecord
 
 PARENT_SLICE = "app-sdexec.slice"  # every accounting slice's parent, in app.slice
 SLICE_PREFIX = "app-sdexec-"

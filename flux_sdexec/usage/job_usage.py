@@ -1,7 +1,7 @@
-"""A job's usage gathered up the TBON to rank 0: the flux side of ``core.usage_gather``.
+"""A job's usage gathered up the TBON to rank 0: the flux side of ``usage/gatherings.py``.
 
 When a job shell's unit ends, its rank's record goes into this broker's ``Gatherings``
-(``core/usage_gather.py``, which owns the rules); this adapter performs what it asks: look
+(``usage/gatherings.py``, which owns the rules); this adapter performs what it asks: look
 up the job's R and this broker's subtree (``overlay.topology``), arm each job's check timer,
 ask ``overlay.health``, send a job's message to the parent broker's sdexec
 (``sdexec.usage-gather``, sent upstream), and on rank 0 write the job's record to its KVS
@@ -25,7 +25,7 @@ A running job's rows are gathered the same way on demand (``flux sdexec usage [-
 its own, with a shorter wait at each level; every broker answers its parent once with its
 subtree's rows, those of a child that did not answer in time marked missing.
 
-An adopted job shell's record is looked up first (``broker/accounting.py`` says when): one
+An adopted job shell's record is looked up first (``usage/accounting.py`` says when): one
 found is kept and nothing is sent or raised (a missing mark found is no record). A job begun
 under the sdexec before this one has its record read back at rank 0, a lookup per rank,
 before its rows are gathered. Every timer is destroyed once done with (the flux handle keeps
@@ -37,11 +37,29 @@ import errno
 import json
 import time
 
-from flux_sdexec.core import usage_gather as core
 from flux_sdexec.core.shelljobs import job_number, shell_job
-from flux_sdexec.core.usage_gather import JobGather, expected_ranks
-from flux_sdexec.core.usage_record import UsageRecord, kvs_key
 from flux_sdexec.core.values import parse_idset
+from flux_sdexec.usage.gather_events import (
+    ArmCheck,
+    AskHealth,
+    CancelCheck,
+    CheckDue,
+    HealthFound,
+    LookUpRanks,
+    OOM_TYPE,
+    parse_gather,
+    RaiseOom,
+    RanksFound,
+    ReadRecord,
+    RecordRead,
+    SendUp,
+    ShellEnded,
+    ShellStarted,
+    WriteRecord,
+)
+from flux_sdexec.usage.gatherings import Gatherings
+from flux_sdexec.usage.job_gather import JobGather, expected_ranks
+from flux_sdexec.usage.record import UsageRecord, dothex, kvs_key
 
 GATHER_TOPIC = "sdexec.usage-gather"
 LIVE_TOPIC = "sdexec.usage-live"
@@ -66,7 +84,7 @@ class JobUsage:
     def __init__(self, handle, log, rank, host, watchers, memos, registry):
         self.h, self.log, self.rank = handle, log, rank
         self.watchers, self.memos, self.registry = watchers, memos, registry
-        self.gatherings = core.Gatherings(rank, host, time.time())
+        self.gatherings = Gatherings(rank, host, time.time())
         self.timers = {}  # job id -> its check timer, while armed
         self.pending = set()  # futures in flight
         self.handing = {}  # job id -> what waits for its rows handed in to be handed on
@@ -84,7 +102,7 @@ class JobUsage:
     def shell_started(self, plain):
         """A shell of job ``plain`` (f58plain) starts here: what its gathering needs (the
         job's R, the overlay's topology) is asked now, so that its end waits for neither."""
-        self._handle(core.ShellStarted(job_number(plain)))
+        self._handle(ShellStarted(job_number(plain)))
 
     def shell_ended(self, plain, unit, usage, memory_max, settle, look_up_first=False):
         """Job ``plain``'s (f58plain) shell ``unit`` on this rank ended having used ``usage``
@@ -96,7 +114,7 @@ class JobUsage:
         found is kept (``settle`` with it) and nothing is sent or raised; none: as above; a
         failed lookup sends nothing.
         """
-        ended, jobid = core.ShellEnded(plain, unit, usage, memory_max), job_number(plain)
+        ended, jobid = ShellEnded(plain, unit, usage, memory_max), job_number(plain)
         if not look_up_first:
             self._hand_in(jobid, ended, lambda: settle(usage))
             return
@@ -121,7 +139,7 @@ class JobUsage:
                 self.log.error(f"{unit}: usage: {bug!r}")
             settle(usage)
 
-        self._look_up(kvs_key(core.dothex(jobid), self.rank), on_reply)
+        self._look_up(kvs_key(dothex(jobid), self.rank), on_reply)
 
     def received(self, body, then):
         """The payload of ``sdexec.usage-gather`` from a child's sdexec, merged into the
@@ -130,7 +148,7 @@ class JobUsage:
         Raises:
             RequestError: EPROTO, a malformed payload (nothing is merged, ``then`` dropped).
         """
-        came = core.parse_gather(body)
+        came = parse_gather(body)
         self._hand_in(came.jobid, came, then)
 
     def _hand_in(self, jobid, event, then):
@@ -158,30 +176,30 @@ class JobUsage:
     def _perform(self, action):
         """One action of the gatherings: its RPC, KVS commit, memo or timer; for a send or
         write, the list of what waits for its answer."""
-        if isinstance(action, core.WriteRecord):
+        if isinstance(action, WriteRecord):
             return self._write(action)
-        if isinstance(action, core.SendUp):
+        if isinstance(action, SendUp):
             import flux.constants  # flux's: not in the unit tier
 
             future = self.h.rpc(GATHER_TOPIC, action.payload, flux.constants.FLUX_NODEID_UPSTREAM)
             what = f"usage of job {action.jobid}: to the parent broker"
             return self._hold(future, what, HAND_ON_S)
-        if isinstance(action, core.RaiseOom):
+        if isinstance(action, RaiseOom):
             from flux.job import job_raise_async  # flux's: not in the unit tier
 
-            future = job_raise_async(self.h, action.jobid, core.OOM_TYPE, 1, action.note)
+            future = job_raise_async(self.h, action.jobid, OOM_TYPE, 1, action.note)
             self._hold(future, f"usage of job {action.jobid}: oom exception")
-        elif isinstance(action, core.LookUpRanks):
+        elif isinstance(action, LookUpRanks):
             self._look_up_ranks(action.jobid)
-        elif isinstance(action, core.ReadRecord):
+        elif isinstance(action, ReadRecord):
             self._read_record(action.jobid, action.ranks)
-        elif isinstance(action, core.ArmCheck):
+        elif isinstance(action, ArmCheck):
             self._arm(action.jobid, action.seconds)
-        elif isinstance(action, core.CancelCheck):
+        elif isinstance(action, CancelCheck):
             timer = self.timers.pop(action.jobid, None)
             if timer is not None:
                 timer.destroy()
-        elif isinstance(action, core.AskHealth):
+        elif isinstance(action, AskHealth):
             self._ask_health(action.jobid)
         else:
             raise TypeError(f"not a gathering action: {action!r}")
@@ -216,15 +234,15 @@ class JobUsage:
                     ranks, started = frozenset(_ranks(R)), _started(R)
                 except (KeyError, TypeError, ValueError, AttributeError) as bad:
                     self.log.error(f"usage of job {jobid}: R: {bad!r}: ungathered")
-            found = core.RanksFound
+            found = RanksFound
             self._with_topology(lambda: self._handle(found(jobid, ranks, self.topology, started)))
 
-        self._look_up(f"job.{core.dothex(jobid)}.R", have_R)
+        self._look_up(f"job.{dothex(jobid)}.R", have_R)
 
     def _read_record(self, jobid, ranks):
         """Rank 0: each rank's entry of the job's record, then RecordRead (a lookup that
         fails counts as no entry, and says so)."""
-        directory = core.dothex(jobid)
+        directory = dothex(jobid)
         entries, left = {}, set(ranks)
 
         def have(rank, exc, entry=None):
@@ -234,7 +252,7 @@ class JobUsage:
                 entries[rank] = entry
             left.discard(rank)
             if not left:
-                self._handle(core.RecordRead(jobid, entries))
+                self._handle(RecordRead(jobid, entries))
 
         for rank in sorted(ranks):
             self._look_up(kvs_key(directory, rank), lambda *a, r=rank: have(r, *a))
@@ -248,7 +266,7 @@ class JobUsage:
 
         def due():
             self.timers.pop(jobid).destroy()
-            self._handle(core.CheckDue(jobid))
+            self._handle(CheckDue(jobid))
 
         timer = self.timers[jobid] = self.watchers.timer(seconds, due, "usage-gather")
         timer.start()
@@ -263,7 +281,7 @@ class JobUsage:
             except (OSError, KeyError, TypeError, AttributeError) as exc:
                 self.log.error(f"overlay.health: {getattr(exc, 'strerror', None) or exc!r}")
                 status = {}
-            self._handle(core.HealthFound(jobid, status, self._runs_here(jobid)))
+            self._handle(HealthFound(jobid, status, self._runs_here(jobid)))
 
         future = self.h.rpc("overlay.health")
         self.pending.add(future)
@@ -303,7 +321,7 @@ class JobUsage:
         if known is not None:
             have_ranks(known)
         else:
-            self._look_up(f"job.{core.dothex(jobid)}.R", have_R)
+            self._look_up(f"job.{dothex(jobid)}.R", have_R)
 
     def _ask_down(self, jobid, plain, ranks, own, wait, send):
         want = expected_ranks(ranks, self.rank, self.topology)

@@ -1,6 +1,6 @@
 """flux sdexec usage's ``-t``: what the tree below rank 0 is given to gather a running job's
 rows (review 3 #10), without flux: rank 0's ``sdexec.usage-live`` answered by a stand-in
-that checks ``wait`` as the broker does (``broker/accounting.py``)."""
+that checks ``wait`` as the broker does (``usage/accounting.py``)."""
 
 import errno
 

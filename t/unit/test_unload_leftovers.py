@@ -24,7 +24,7 @@ fluxpath.add()
 
 from flux_sdexec.core import handoff  # noqa: E402
 from flux_sdexec.broker import adopt  # noqa: E402
-from flux_sdexec.broker.accounting import Accounting  # noqa: E402
+from flux_sdexec.usage.accounting import Accounting  # noqa: E402
 from flux_sdexec.systemd import teardown  # noqa: E402
 from flux_sdexec.systemd.keepers import Keepers, keeper_name  # noqa: E402
 from flux_sdexec.config import Settings  # noqa: E402

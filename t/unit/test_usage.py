@@ -12,14 +12,15 @@ import types
 import pytest
 
 from flux_sdexec.usage.oom_log import OomLog
-from flux_sdexec.broker.accounting import Accounting
+from flux_sdexec.usage.accounting import Accounting
 from flux_sdexec.config import Settings
 from flux_sdexec.containment import cgroups
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.core.registry import Registry
 from flux_sdexec.core.shelljobs import job_number
-from flux_sdexec.core.usage_record import FIGURES, UsageRecord
-from flux_sdexec.core import usage_gather
+from flux_sdexec.usage.record import FIGURES, UsageRecord
+from flux_sdexec.usage import gather_events, gatherings
+from flux_sdexec.usage.record import dothex
 from flux_sdexec.usage.job_usage import JobUsage
 from stubs import StubWatchers
 
@@ -316,20 +317,20 @@ def test_only_the_last_remembered_ended_gatherings_are_kept(monkeypatch):
     """A new job lets the oldest ended gatherings go past REMEMBERED; one still waiting
     for its record stays, however old. The one broker of an instance writes each job's
     record as it is complete."""
-    monkeypatch.setattr(usage_gather, "REMEMBERED", 3)
-    gatherings = usage_gather.Gatherings(0, "node0")
+    monkeypatch.setattr(gatherings, "REMEMBERED", 3)
+    kept = gatherings.Gatherings(0, "node0")
     alone = {"rank": 0, "size": 1, "children": []}
     usage = UsageRecord(1.0, 0.25, 100, 2, 0, 3.0, "success", 0)
     written = []
     for n, plain in enumerate(("f2", "f3", "f4", "f5", "f6", "f7"), start=1):
-        gatherings.handle(usage_gather.ShellStarted(n), 0.0)
-        gatherings.handle(usage_gather.RanksFound(n, frozenset({0}), alone), 0.0)
+        kept.handle(gather_events.ShellStarted(n), 0.0)
+        kept.handle(gather_events.RanksFound(n, frozenset({0}), alone), 0.0)
         if n > 1:  # jobs 2-6: each shell ends; job 1's runs on
-            ended = usage_gather.ShellEnded(plain, f"shell-0-{plain}.service", usage)
-            actions = gatherings.handle(ended, 0.0)
-            written += [a.jobid for a in actions if isinstance(a, usage_gather.WriteRecord)]
+            ended = gather_events.ShellEnded(plain, f"shell-0-{plain}.service", usage)
+            actions = kept.handle(ended, 0.0)
+            written += [a.jobid for a in actions if isinstance(a, gather_events.WriteRecord)]
     assert written == [2, 3, 4, 5, 6]
-    assert list(gatherings.jobs) == [1, 3, 4, 5, 6] and gatherings.ended == 4
+    assert list(kept.jobs) == [1, 3, 4, 5, 6] and kept.ended == 4
 
 
 class Future:
@@ -528,7 +529,7 @@ def test_a_job_begun_under_the_sdexec_before_has_its_record_read_back_per_rank()
         ignored,
     )
     assert sorted(answers) == [
-        f"job.{usage_gather.dothex(job_number('f2'))}.sdexec-usage.{r}" for r in (0, 1)
+        f"job.{dothex(job_number('f2'))}.sdexec-usage.{r}" for r in (0, 1)
     ]
     assert jobs.written == []
     for key, on_reply in sorted(answers.items()):

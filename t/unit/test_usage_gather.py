@@ -1,4 +1,4 @@
-"""Gathering a job's usage rows up the TBON (core/usage_gather.py): who waits for whom, one
+"""Gathering a job's usage rows up the TBON (usage/job_gather.py, usage/gatherings.py, usage/gather_events.py): who waits for whom, one
 message per child per job, duplicates, the wait, late corrections and the job's memo; one
 broker's Gatherings as events in, actions out.
 
@@ -12,18 +12,13 @@ import pytest
 
 from flux_sdexec.core.errors import RequestError
 from flux_sdexec.core.shelljobs import job_number
-from flux_sdexec.core.usage_gather import (
-    CHECK_S,
-    WAIT_S,
+from flux_sdexec.usage.gather_events import (
     ArmCheck,
     AskHealth,
     CancelCheck,
     CheckDue,
-    Gatherings,
     HealthFound,
-    JobGather,
     LookUpRanks,
-    WAIT_MAX_S,
     RaiseOom,
     RanksFound,
     ReadRecord,
@@ -32,13 +27,12 @@ from flux_sdexec.core.usage_gather import (
     ShellEnded,
     ShellStarted,
     WriteRecord,
-    dothex,
-    expected_ranks,
-    job_totals,
     parse_gather,
-    subtree_ranks,
 )
-from flux_sdexec.core.usage_record import UsageRecord
+from flux_sdexec.usage.gatherings import CHECK_S, WAIT_MAX_S, Gatherings
+from flux_sdexec.usage.job_gather import WAIT_S, JobGather, expected_ranks, job_totals, subtree_ranks
+from flux_sdexec.usage.record import dothex
+from flux_sdexec.usage.record import UsageRecord
 
 
 def kary(size, k, rank=0):

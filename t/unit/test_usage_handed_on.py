@@ -19,7 +19,7 @@ from stubs import StubWatchers
 from test_usage import ROW, Future
 
 from flux_sdexec.core.shelljobs import job_number
-from flux_sdexec.core.usage_record import UsageRecord
+from flux_sdexec.usage.record import UsageRecord
 from flux_sdexec.usage import job_usage
 from flux_sdexec.usage.job_usage import HAND_ON_S, JobUsage
 

@@ -1,4 +1,4 @@
-"""The usage record's schema (core/usage_record.py): its JSON, byte for byte, both ways.
+"""The usage record's schema (usage/record.py): its JSON, byte for byte, both ways.
 
 The JSON is what ``sdexec.wait`` answers, what ``job.<id>.sdexec-usage.<rank>`` holds and
 what ``flux sdexec usage`` reads, across sdexec versions: a key renamed, dropped, added or
@@ -9,7 +9,7 @@ import json
 
 from flux_sdexec.containment import cgroups
 from flux_sdexec.usage import cgroup_usage
-from flux_sdexec.core.usage_record import FIGURES, KVS_DIR, UsageRecord, kvs_dir, kvs_key
+from flux_sdexec.usage.record import FIGURES, KVS_DIR, UsageRecord, kvs_dir, kvs_key
 
 # a hybrid host without the kernel log: the OOM kills unknown, with the reason
 READ = {

@@ -1,8 +1,8 @@
-"""``flux sdexec usage``'s rows (cli/usagerows.py) and total (core/usage_record.py) from
+"""``flux sdexec usage``'s rows (cli/usagerows.py) and total (usage/record.py) from
 per-rank records."""
 
 from flux_sdexec.cli import usagerows
-from flux_sdexec.core.usage_record import total
+from flux_sdexec.usage.record import total
 
 R0 = {
     "rank": 0,

@@ -3,7 +3,7 @@
 Every job shell sdexec starts (every unit with ``[sdexec] usage = "all"``, none with
 ``"none"``) gets ``Slice=`` a slice of its own (``usage.cgroup_usage``), unless the client
 chose a slice. When the process is known to have exited, the slice's cgroup
-files are read once (5-7 small files: ~50 µs here) into a ``core.usage_record.UsageRecord``,
+files are read once (5-7 small files: ~50 µs here) into a ``usage.record.UsageRecord``,
 kept here with the rest of the process's accounting (``_Account``, written by this module
 alone): logged at debug level, answered in ``sdexec.wait`` (field ``usage``), and, for a job
 shell, handed to ``usage.job_usage.JobUsage`` (the job's KVS directory, its ``oom``

@@ -1,7 +1,7 @@
 """The usage record: what one unit used, its JSON, where a job keeps it, and a job's total.
 
 The one schema of the record that ``usage/cgroup_usage.py`` builds from a slice's
-cgroup files, ``broker/accounting.py`` answers, ``usage/job_usage.py`` writes and ``flux
+cgroup files, ``usage/accounting.py`` answers, ``usage/job_usage.py`` writes and ``flux
 sdexec usage`` reads.
 Its JSON travels three ways: the ``usage`` field of an ``sdexec.wait`` answer (the record
 alone), the job's KVS key ``job.<id>.sdexec-usage.<rank>`` (the record, then where it was
@@ -14,6 +14,12 @@ from typing import Optional
 
 KVS_DIR = "sdexec-usage"  # in the job's KVS directory: one key per rank
 FIGURES = ("cpu_user_s", "cpu_sys_s", "memory_peak", "tasks_peak", "oom_kills")
+
+
+def dothex(jobid):
+    """Job id ``jobid`` (an int) in the KVS's dotted-hex form (``0000.0012.3400.0000``)."""
+    h = f"{jobid:016x}"
+    return ".".join(h[i : i + 4] for i in range(0, 16, 4))
 
 
 def kvs_dir(dothex):
