@@ -528,9 +528,7 @@ def test_a_job_begun_under_the_sdexec_before_has_its_record_read_back_per_rank()
         None,
         ignored,
     )
-    assert sorted(answers) == [
-        f"job.{dothex(job_number('f2'))}.sdexec-usage.{r}" for r in (0, 1)
-    ]
+    assert sorted(answers) == [f"job.{dothex(job_number('f2'))}.sdexec-usage.{r}" for r in (0, 1)]
     assert jobs.written == []
     for key, on_reply in sorted(answers.items()):
         on_reply(None, dict(ROW, rank=1) if key.endswith(".1") else None)

@@ -1,4 +1,5 @@
-"""Gathering a job's usage rows up the TBON (usage/job_gather.py, usage/gatherings.py, usage/gather_events.py): who waits for whom, one
+"""Gathering a job's usage rows up the TBON (usage/job_gather.py, usage/gatherings.py,
+usage/gather_events.py): who waits for whom, one
 message per child per job, duplicates, the wait, late corrections and the job's memo; one
 broker's Gatherings as events in, actions out.
 
@@ -30,7 +31,13 @@ from flux_sdexec.usage.gather_events import (
     parse_gather,
 )
 from flux_sdexec.usage.gatherings import CHECK_S, WAIT_MAX_S, Gatherings
-from flux_sdexec.usage.job_gather import WAIT_S, JobGather, expected_ranks, job_totals, subtree_ranks
+from flux_sdexec.usage.job_gather import (
+    WAIT_S,
+    JobGather,
+    expected_ranks,
+    job_totals,
+    subtree_ranks,
+)
 from flux_sdexec.usage.record import dothex
 from flux_sdexec.usage.record import UsageRecord
 
