@@ -20,7 +20,7 @@ from flux_sdexec.core.registry import Registry  # noqa: E402
 
 def main(n=2000):
     log = logging.getLogger("bench")
-    acc = Accounting(log, 0, "bench", Settings(), Registry(), None, None, set(), None)
+    acc = Accounting(log, 0, "bench", Settings(), Registry(), None, set(), None)
     acc.parent = "/app.slice"
     name = "app-sdexec.slice"
     unit = types.SimpleNamespace(name="sdexec.service", finished=True, result=None, wait_status=0)

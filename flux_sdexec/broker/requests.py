@@ -1,8 +1,9 @@
 """The sdexec RPCs: each validates its request and feeds the state machine.
 
 ``exec`` starts a unit (responses then follow from systemd's signals), ``write``
-feeds stdin, ``kill``/``wait``/``list``/``stats-get``/``units`` look processes up, and
-``disconnect`` tells the processes of a client that went away.
+feeds stdin, ``kill``/``wait``/``list``/``stats-get``/``units`` look processes up,
+``usage``/``usage-live`` read what processes used and ``usage-gather`` takes a child
+broker's rows of a job, and ``disconnect`` tells the processes of a client that went away.
 """
 
 import dataclasses
@@ -33,6 +34,7 @@ from flux_sdexec.core.events import (
 )
 from flux_sdexec.core.sdproc import SdProc
 from flux_sdexec.core.states import ProcState
+from flux_sdexec.usage.job_usage import LIVE_WAIT_MAX_S, LIVE_WAIT_S
 
 
 class Requests:
@@ -47,14 +49,15 @@ class Requests:
         bridge, bus, calls, sweeper, keepers: the systemd adapters a start and a kill use.
         releases, after_release: a start of a name still being let go waits (after_release).
         lookups: the mapper lookups; listings: ``introspect.UnitListings``.
-        orphans: the ``OrphanWatch``; accounting: the ``Accounting`` (a start's slice).
+        orphans: the ``OrphanWatch``; accounting: the ``Accounting`` (a start's slice,
+            ``sdexec.usage``); job_usage: the ``JobUsage`` (``usage-live``, ``usage-gather``).
         stats: ``stats()``, the answer of ``sdexec.stats-get``.
     """
 
     def __init__(
         self, *, log, rank, settings, local_uri, namer, registry, feed, responder, bridge, bus,
         calls, sweeper, watchers, keepers, releases, after_release, lookups, listings, orphans,
-        accounting, stats,
+        accounting, job_usage, stats,
     ):  # fmt: skip
         self._log, self._rank, self._settings = log, rank, settings
         self._local_uri, self._namer, self._registry, self._feed = local_uri, namer, registry, feed
@@ -62,7 +65,7 @@ class Requests:
         self._sweeper, self._watchers, self._keepers = sweeper, watchers, keepers
         self._releases, self._after_release, self._lookups = releases, after_release, lookups
         self._listings, self._orphans, self._accounting = listings, orphans, accounting
-        self._stats = stats
+        self._job_usage, self._stats = job_usage, stats
         self.holds_started = False  # a collecting client came since load (waits.py)
 
     def exec(self, msg):
@@ -258,6 +261,30 @@ class Requests:
         """``sdexec.units``: the tracked processes (and, asked for, the untracked units)."""
         untracked = protocol.parse_units(payload_of(msg, "units"))
         self._listings.answer(msg, untracked)  # with all: from the listing's reply
+
+    def usage(self, msg):
+        """``sdexec.usage {"jobid"?: f58plain}``: the records of this rank's processes with
+        a slice (of the job, if given), read now for the running ones."""
+        plain = protocol.parse_usage(payload_of(msg, "usage"))
+        self._responder.respond(msg, self._accounting.records(plain))
+
+    def usage_live(self, msg):
+        """``sdexec.usage-live {"jobid": f58plain, "wait"?: seconds}``: the rows of the job's
+        ranks under this broker in the overlay, this rank's read now, the others asked down
+        the tree; answered once all are in or ``wait`` (default LIVE_WAIT_S) has passed."""
+        body = payload_of(msg, "usage-live")
+        plain, wait = protocol.parse_usage_live(body, LIVE_WAIT_S, LIVE_WAIT_MAX_S)
+
+        def send(rows, missing):
+            self._responder.respond(msg, responses.usage_rows(rows, missing))
+
+        self._job_usage.gather_live(plain, self._accounting.live_rows(plain), wait, send)
+
+    def usage_gather(self, msg):
+        """``sdexec.usage-gather``: a child's usage rows of a job, merged, answered once
+        handed on (usage/job_usage.py)."""
+        body = payload_of(msg, "usage-gather")
+        self._job_usage.received(body, lambda: self._responder.respond(msg, {}))
 
     def disconnect(self, msg):
         """RFC 6 disconnect: tell the client's processes, the ones it waits on, and the

@@ -28,7 +28,7 @@ from flux_sdexec.broker.catchup import CatchUp
 from flux_sdexec.broker.mapper_client import MapperLookups
 from flux_sdexec.broker.memo import JobMemos
 from flux_sdexec.broker.orphan_watch import OrphanWatch
-from flux_sdexec.broker.messages import Responder, is_local, payload_of, sender_of
+from flux_sdexec.broker.messages import Responder, is_local, sender_of
 from flux_sdexec.broker.outbox import Outbox
 from flux_sdexec.systemd import guard, teardown
 from flux_sdexec.systemd.holds import Holds
@@ -130,7 +130,7 @@ class SdexecService:
         host = socket.gethostname()
         self.job_usage = jobs = JobUsage(handle, log, rank, host, watchers, self.memos, registry)
         self.accounting = Accounting(
-            log, rank, host, self.settings, registry, responder, bridge, sweeper, jobs
+            log, rank, host, self.settings, registry, bridge, sweeper, jobs
         )
         # waitable units stay loaded once ended (holds.py), notify ones through a bus loss
         # (keepers.py); a start of a name whose hold and keeper are not both released yet
@@ -161,7 +161,7 @@ class SdexecService:
             calls=calls, sweeper=sweeper, watchers=watchers, keepers=self.keepers,
             releases=releases, after_release=self.after_release, lookups=self.lookups,
             listings=self.listings, orphans=self.orphans, accounting=self.accounting,
-            stats=self.stats,
+            job_usage=self.job_usage, stats=self.stats,
         )  # fmt: skip
         # the units an earlier sdexec left, then the guard that held them goes
         self.adopted = adopt.adopt_leftovers(
@@ -234,13 +234,6 @@ class SdexecService:
             self.log.error(f"{verb}: {exc!r}")
             self.responder.respond_error(msg, errno.EINVAL, f"{verb}: internal error: {exc}")
         self.bus.pump()
-
-    def gathered(self, msg):
-        """``sdexec.usage-gather``: a child's usage rows of a job, merged, answered once
-        handed on (usage.job_usage)."""
-        self.job_usage.received(
-            payload_of(msg, "usage-gather"), lambda: self.responder.respond(msg, {})
-        )
 
     def reconfigure(self, conf):
         """``config-reload``: every key checked (RequestError) before any is applied."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from flux_sdexec.core.errors import RequestError
 from flux_sdexec.core.properties import PREFIX as PROP_PREFIX
+from flux_sdexec.core.shelljobs import is_f58plain
 from flux_sdexec.core.values import parse_idset, parse_size
 
 FLAG_STDOUT = 1
@@ -242,3 +243,26 @@ def parse_write(payload):
     except ValueError:
         raise RequestError(errno.EPROTO, "error decoding write request") from None
     return payload["matchtag"], raw, io.get("eof") is True
+
+
+def parse_usage(payload):
+    """``{jobid?}`` of ``sdexec.usage``: returns the job id asked for (f58plain), or None
+    for every process."""
+    if not isinstance(payload, dict):
+        raise RequestError(errno.EPROTO, "malformed usage request")
+    return payload.get("jobid")
+
+
+def parse_usage_live(payload, default_wait, max_wait):
+    """``{jobid, wait?}`` of ``sdexec.usage-live``: returns (jobid, wait), the job id an
+    f58plain id that fits 64 bits, the wait in seconds in (0, ``max_wait``]."""
+    if not isinstance(payload, dict):
+        raise RequestError(errno.EPROTO, "malformed usage-live request")
+    plain, wait = payload.get("jobid"), payload.get("wait", default_wait)
+    if not is_f58plain(plain):
+        raise RequestError(errno.EPROTO, f"usage-live: jobid {plain!r} is not an f58plain id")
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)):
+        raise RequestError(errno.EPROTO, "usage-live: wait must be a number")
+    if not 0 < wait <= max_wait:
+        raise RequestError(errno.EPROTO, f"usage-live: wait must be in (0, {max_wait}]")
+    return plain, wait

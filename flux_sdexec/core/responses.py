@@ -83,3 +83,11 @@ class OutputEncoder:
 
 # what needs no JSON escape: ASCII from space to ~ except the quote and the backslash
 _PLAIN = re.compile(rb"[ !#-\[\]-~]*")
+
+
+def usage_rows(rows, missing):
+    """``sdexec.usage-live``'s answer: ``{"rows": {rank: row}, "missing": {rank: why}}``."""
+    return {
+        "rows": {str(r): row for r, row in rows.items()},
+        "missing": {str(r): why for r, why in missing.items()},
+    }

@@ -136,15 +136,15 @@ class SdexecModule(BrokerModule):
 
     @request_handler("usage")
     def usage(self, msg):
-        self.service.serve(msg, "usage", self.service.accounting.answer, remote_ok=True)
+        self.service.serve(msg, "usage", self.requests.usage, remote_ok=True)
 
     @request_handler("usage-live")
     def usage_live(self, msg):
-        self.service.serve(msg, "usage-live", self.service.accounting.answer_live, remote_ok=True)
+        self.service.serve(msg, "usage-live", self.requests.usage_live, remote_ok=True)
 
     @request_handler("usage-gather")
     def usage_gather(self, msg):
-        self.service.serve(msg, "usage-gather", self.service.gathered, remote_ok=True)
+        self.service.serve(msg, "usage-gather", self.requests.usage_gather, remote_ok=True)
 
     @request_handler("disconnect")
     def disconnect(self, msg):

@@ -37,12 +37,11 @@ import time
 import weakref
 
 from flux_sdexec.containment import cgroups
-from flux_sdexec.core.errors import RequestError, UnitError
+from flux_sdexec.core.errors import UnitError
 from flux_sdexec.core.properties import PREFIX
-from flux_sdexec.core.shelljobs import is_f58plain, shell_job
+from flux_sdexec.core.shelljobs import shell_job
 from flux_sdexec.core.states import ProcState
 from flux_sdexec.usage import cgroup_usage
-from flux_sdexec.usage.job_usage import LIVE_WAIT_MAX_S, LIVE_WAIT_S
 from flux_sdexec.usage.oom_log import OomLog
 
 UNKNOWN_PARENT = (
@@ -57,8 +56,7 @@ class Accounting:
         log: the module's BrokerLogger.
         rank: this broker's rank; host: this node's host name.
         settings: the service's ``config.Settings`` (``usage``: which units get a slice).
-        registry: the service's Registry (``sdexec.usage`` answers from it).
-        responder: the service's Responder.
+        registry: the service's Registry (``records`` reads its processes).
         bridge: the SystemdBridge that stops slices.
         sweeper: the Sweeper: a unit in it is let go; a slice whose stop failed goes to it.
         jobs: the ``usage.job_usage.JobUsage`` a job shell's record goes to.
@@ -72,7 +70,6 @@ class Accounting:
         host,
         settings,
         registry,
-        responder,
         bridge,
         sweeper,
         jobs,
@@ -80,7 +77,7 @@ class Accounting:
         kmsg="/dev/kmsg",
     ):
         self.log, self.rank, self.host, self.settings = log, rank, host, settings
-        self.registry, self.responder = registry, responder
+        self.registry = registry
         self.bridge, self.sweeper, self.jobs = bridge, sweeper, jobs
         self.proc = proc
         try:
@@ -218,49 +215,21 @@ class Accounting:
                 acct.handed_over = True
         return self.slices(procs)
 
-    def answer(self, msg):
-        """``sdexec.usage {"jobid"?: f58plain}``: the records of this rank's job shells (all
-        processes without ``jobid``), read now for the running ones.
+    def records(self, plain):
+        """``sdexec.usage``'s answer: the records of this rank's processes with a slice (of
+        job ``plain`` only, unless None), read now for the running ones."""
+        procs = [self._now(p, acct) for p, acct in self._accounts(plain)]
+        return {"rank": self.rank, "host": self.host, "procs": procs}
 
-        Raises:
-            RequestError: EPROTO, a payload that is no JSON object.
-        """
-        want = _request(msg, "usage").get("jobid")
-        procs = [self._now(p, acct) for p, acct in self._accounts(want)]
-        self.responder.respond(msg, {"rank": self.rank, "host": self.host, "procs": procs})
-
-    def answer_live(self, msg):
-        """``sdexec.usage-live {"jobid": f58plain, "wait"?: seconds}``: the rows of the job's
-        ranks under this broker in the overlay, this rank's read now, the others asked down
-        the tree (``JobUsage.gather_live``): ``{"rows": {rank: row}, "missing": {rank:
-        why}}``, answered once all are in or ``wait`` (default LIVE_WAIT_S) has passed.
-
-        Raises:
-            RequestError: EPROTO, a payload that is no JSON object, no f58plain ``jobid``
-                (one that fits 64 bits) or a ``wait`` not in (0, LIVE_WAIT_MAX_S].
-        """
-        body = _request(msg, "usage-live")
-        plain, wait = body.get("jobid"), body.get("wait", LIVE_WAIT_S)
-        if not is_f58plain(plain):
-            raise RequestError(errno.EPROTO, f"usage-live: jobid {plain!r} is not an f58plain id")
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)):
-            raise RequestError(errno.EPROTO, "usage-live: wait must be a number")
-        if not 0 < wait <= LIVE_WAIT_MAX_S:
-            raise RequestError(errno.EPROTO, f"usage-live: wait must be in (0, {LIVE_WAIT_MAX_S}]")
+    def live_rows(self, plain):
+        """This rank's row of job ``plain`` for ``sdexec.usage-live``: ``{rank: row}``, its
+        running shell's if any, read now (empty: no shell of the job here)."""
         own = {}
         for p, acct in self._accounts(plain):
             row = self._now(p, acct)
-            if self.rank not in own or row["running"]:  # the running shell, if any
+            if self.rank not in own or row["running"]:
                 own[self.rank] = dict(row, rank=self.rank, host=self.host)
-
-        def send(rows, missing):
-            body = {
-                "rows": {str(r): row for r, row in rows.items()},
-                "missing": {str(r): why for r, why in missing.items()},
-            }
-            self.responder.respond(msg, body)
-
-        self.jobs.gather_live(plain, own, wait, send)
+        return own
 
     def _accounts(self, plain):
         """``(p, its _Account)`` of the processes with a slice; of job ``plain`` only, unless
@@ -335,20 +304,6 @@ class Accounting:
         self.jobs.shell_ended(
             acct.job, p.unit.name, read, memory_max, settling.settle, look_up_first
         )
-
-
-def _request(msg, verb):
-    """The payload of request ``msg`` (``sdexec.<verb>``), a JSON object.
-
-    Raises:
-        RequestError: EPROTO, no JSON object (as flux-core's unpack of ``{...}`` fails).
-    """
-    from flux_sdexec.broker.messages import payload_of  # flux's: not in the unit tier
-
-    body = payload_of(msg, verb)
-    if not isinstance(body, dict):
-        raise RequestError(errno.EPROTO, f"malformed {verb} request")
-    return body
 
 
 class _Account:

@@ -231,7 +231,7 @@ def test_the_next_load_stops_its_leftover_slices_and_keepers_only(monkeypatch):
     registry.add(adopted)
     jobs = types.SimpleNamespace(shell_started=lambda plain: None)  # the gathering's prefetch
     accounting = Accounting(
-        StubLog(), 0, "node0", Settings(), registry, None, bridge, None, jobs, proc="", kmsg=""
+        StubLog(), 0, "node0", Settings(), registry, bridge, None, jobs, proc="", kmsg=""
     )
     accounting.adopted(adopted, {"Slice": adopted_slice})
     keepers = Keepers(None, None, None, None, StubLog(), lambda: 5.0, print)

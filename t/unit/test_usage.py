@@ -108,7 +108,7 @@ def accounting(proc, kmsg="", bridge=None, sweeper=frozenset(), jobs=None, usage
     jobs = jobs or Jobs()
     settings = Settings(usage=usage)
     return Accounting(
-        log, 0, "node0", settings, Registry(), None, bridge, sweeper, jobs, proc=proc, kmsg=kmsg
+        log, 0, "node0", settings, Registry(), bridge, sweeper, jobs, proc=proc, kmsg=kmsg
     )
 
 

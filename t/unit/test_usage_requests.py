@@ -8,7 +8,7 @@ import errno
 import pytest
 from rooted import RootBridge, service
 
-from flux_sdexec.broker import messages
+from flux_sdexec.broker import requests
 
 
 class Answers:
@@ -28,9 +28,9 @@ class Answers:
 def ask(monkeypatch):
     """``ask(verb, payload)``: the answers of the usage request ``verb`` with ``payload``."""
     svc = service(RootBridge())
-    answers = svc.responder = svc.accounting.responder = Answers()
-    monkeypatch.setattr(messages, "payload_of", lambda msg, verb: msg)
-    handlers = {"usage": svc.accounting.answer, "usage-live": svc.accounting.answer_live}
+    answers = svc.responder = svc.requests._responder = Answers()
+    monkeypatch.setattr(requests, "payload_of", lambda msg, verb: msg)
+    handlers = {"usage": svc.requests.usage, "usage-live": svc.requests.usage_live}
 
     def ask(verb, payload):
         answers.sent.clear()
