@@ -19,15 +19,18 @@ from flux_sdexec.core.events import (
     CloseChannels,
     DrainOutput,
     DrainRank,
+    FindSlices,
     GraceExpired,
     KillUnit,
     Log,
     OutputDrained,
+    ReadUsage,
     Reap,
     ResetFailedUnit,
     Respond,
     RespondError,
     StartOutput,
+    StopSlice,
     StopTimerExpired,
     StopUnit,
     WatchJob,
@@ -44,7 +47,8 @@ class ActionRunner:
     bridge, bus, calls, sweeper: the systemd adapters the orders go through.
     watchers: a ``watchers.Watchers`` (the stop and grace timers).
     containment: the ``ContainmentChecker``.
-    accounting: the ``Accounting`` (a wait's answer waits for the usage record).
+    accounting: the ``Accounting`` (the usage actions; a wait's answer waits for the usage
+        record).
     feed: ``feed(p, input, pump=False)``, the way into the state machine.
     watch_job: ``watch_job(p)``, the orphan watch's ``consider`` (WatchJob).
     """
@@ -74,6 +78,9 @@ class ActionRunner:
             ArmGrace: self.arm_grace,
             CancelTimer: self.cancel_timer,
             Log: self.log,
+            FindSlices: lambda p, a: self._accounting.find_slices(p),
+            ReadUsage: lambda p, a: self._accounting.read_usage(p),
+            StopSlice: lambda p, a: self._accounting.done(p),
             Reap: self.reap,
             DrainRank: self.drain_rank,
             WatchJob: lambda p, a: self._watch_job(p),

@@ -43,6 +43,7 @@ from flux_sdexec.broker.watchers import Watchers
 from flux_sdexec.core.errors import RequestError, UnitError
 from flux_sdexec.core.events import (
     KillUnit,
+    ReadUsage,
     ResetFailedUnit,
     StopUnit,
     UnitChanged,
@@ -58,6 +59,15 @@ REMOTE_TEXT = "Remote sdexec requests are not allowed on rank 0"
 # orders to systemd go out before the rest of a batch: they start the longest waits, and
 # nothing a client sees depends on it (their effects come back through later signals)
 SYSTEMD_CALLS = (StopUnit, ResetFailedUnit, KillUnit)
+
+
+def _order(action):
+    """Where ``action`` goes among one input's: the usage read at the exit first (before
+    the systemd calls and the answers), then the systemd calls, then the rest, each group in
+    the machine's order."""
+    if isinstance(action, ReadUsage):
+        return 0
+    return 1 if isinstance(action, SYSTEMD_CALLS) else 2
 
 
 class SdexecService:
@@ -178,9 +188,8 @@ class SdexecService:
             actions = handle(p, event)
         except Exception as exc:  # a bug in the core: nothing was changed; fail the process
             actions = fail(p, f"{type(event).__name__}: {exc!r}")
-        self.accounting.reached(p)  # its slice read at the exit, before the answers go out
         if len(actions) > 1:
-            actions.sort(key=lambda a: not isinstance(a, SYSTEMD_CALLS))
+            actions.sort(key=_order)
         for action in actions:
             try:
                 self.runner.run(p, action)

@@ -245,5 +245,20 @@ class DrainRank:
 
 
 @dataclass(frozen=True)
+class FindSlices:
+    """The process runs: learn from its cgroup where the accounting slices are."""
+
+
+@dataclass(frozen=True)
+class ReadUsage:
+    """The process's exit is known: read what it used, before any answer goes out."""
+
+
+@dataclass(frozen=True)
+class StopSlice:
+    """The process is done: stop its accounting slice, unless its unit stays loaded."""
+
+
+@dataclass(frozen=True)
 class Reap:
     """Release the unit watch, timers and fds; the process is over."""

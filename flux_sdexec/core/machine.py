@@ -5,7 +5,9 @@ state; its handler works on a draft, and the draft is committed only if the
 state it returns is one the row allows. Then the unit phases (table.py) are
 checked in order, each at most once. An input the table refuses changes
 nothing and fails the process: it answers what is owed once and lets the unit
-go. The stop-timer rule lives here, in one place. Pure: stdlib only.
+go. The stop-timer rule lives here, in one place, and so do the usage rule (for a
+process with a slice of its own: find where the slices are once it runs, read its usage
+once its exit is known, stop its slice once it is done) and the reap. Pure: stdlib only.
 """
 
 import errno
@@ -15,10 +17,13 @@ from flux_sdexec.core.events import (
     AnswerWait,
     CancelTimer,
     CloseChannels,
+    FindSlices,
     Log,
     OutputChunk,
+    ReadUsage,
     Reap,
     RespondError,
+    StopSlice,
     UnitChanged,
 )
 from flux_sdexec.core.states import ESCALATING, ExecAnswer, Phase, ProcState, StopStage
@@ -84,11 +89,33 @@ def handle(p, event):
             if prow is not None and due(d) and not _step(d, prow, event, actions):
                 return fail(p, f"{type(event).__name__} ({phase.name})")
     before = p.state
+    if p.accounted:
+        _usage_rule(p.unit, d.unit, actions)
     p.commit(d)
     _stop_timer_rule(p, actions)
     if p.state is S.DONE and before is not S.DONE:
-        actions.append(Reap())
+        _reap(p, actions)
     return actions
+
+
+def _reap(p, actions):
+    """The process is done: its slice stopped, if it has one, then the reap."""
+    if p.accounted:
+        actions.append(StopSlice())
+    actions.append(Reap())
+
+
+def _usage_rule(before, after, actions):
+    """A process with a slice of its own: its unit's process seen running, find where the
+    slices are; its exit known, read its usage first, before the answers the exit brought."""
+    if _runs(after) and not _runs(before):
+        actions.append(FindSlices())
+    if after.finished and not before.finished:
+        actions.insert(0, ReadUsage())
+
+
+def _runs(unit):
+    return bool(unit.pid) and not unit.finished
 
 
 def _step(d, row, event, actions):
@@ -126,5 +153,5 @@ def fail(p, what):
     p.state = S.DONE if released else S.RELEASING
     _stop_timer_rule(p, actions)
     if p.state is S.DONE:
-        actions.append(Reap())
+        _reap(p, actions)
     return actions

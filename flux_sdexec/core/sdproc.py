@@ -191,6 +191,7 @@ class SdProc:
         self.wait = Wait(adopted, cmd.waitable)  # its waiter, grace and hold (waits.py)
         self.state = ProcState.STARTING  # where the process is (table.py)
         self.orphan = None  # why it is stopped: its job is over (orphans.py)
+        self.accounted = False  # it runs in an accounting slice of its own (machine.py)
 
     def draft(self, unit=None):
         """A copy that a handler may change; ``commit()`` adopts it if the table allows.

@@ -105,6 +105,7 @@ class Accounting:
         if name is None:
             return props
         acct = self.accounts[p] = _Account(name, job)
+        p.accounted = True
         if acct.job is not None:
             self.jobs.shell_started(acct.job)
         return props + [("Slice", "s", name)]
@@ -116,40 +117,44 @@ class Accounting:
         before the shell ends, so the memo is not late)."""
         if cgroup_usage.is_accounting_slice(props.get("Slice")):
             acct = self.accounts[p] = _Account(props["Slice"], shell_job(p))
+            p.accounted = True
             if acct.job is not None:
                 self.jobs.shell_started(acct.job)
                 exit_usec = props.get("ExecMainExitTimestamp")
                 acct.look_up_first = True
                 acct.exited_at = exit_usec / 1e6 if exit_usec else None
 
-    def reached(self, p):
-        """``p`` reached its current state (after each input): act on what it passed.
-        Its exit known: read its slice; DONE with a unit that is gone, stopping, asked to
-        stop or be reset, or left to the sweeper: stop the slice (a unit let go while
-        active, kept for the next sdexec or abandoned, keeps its slice: the sdexec that stops
-        it later stops the slice; a stopping one is sent nothing at unload, and no input
-        comes after; one handed over keeps it even when stopping: an IMP's unit between
-        its STOPPING=1 and its exit, whose usage the next sdexec reads from the slice);
-        its process seen alive (and not exited: its pid may be another's now): learn
-        where slices are."""
+    def find_slices(self, p):
+        """``p`` runs (FindSlices): learn where the accounting slices are from its cgroup,
+        if ``p`` has one and they are not known yet."""
+        if self.parent is None and p in self.accounts:
+            self.parent = self._slices_parent(p.unit.pid, p.unit.name)
+
+    def read_usage(self, p):
+        """``p``'s exit is known (ReadUsage): read its slice, once."""
+        acct = self.accounts.get(p)
+        if acct is not None and acct.usage is None and acct.settling is None:
+            self._exited(p, acct)
+
+    def done(self, p):
+        """``p`` is done (StopSlice): stop its slice when its unit goes.
+
+        A unit goes when it is gone, stopping, asked to stop or be reset, or left to the
+        sweeper. A unit let go while active keeps its slice: the sdexec that stops the unit
+        later stops the slice too. So does a unit handed over at unload, even a stopping
+        one: an IMP's unit between its STOPPING=1 and its exit, whose usage the next sdexec
+        reads from the slice.
+        """
         acct = self.accounts.get(p)
         if acct is None:
             return
-        try:
-            if acct.usage is None and acct.settling is None and p.unit.finished:
-                self._exited(p, acct)
-            if p.state is ProcState.DONE:
-                acct.look_up_first = False
-                swept = p.unit.name in self.sweeper  # its start unanswered, say
-                sent = p.calls.stop_sent or p.calls.reset_sent
-                going = p.unit.gone or p.unit.stopping or sent or swept
-                if going and not acct.stopped and not acct.handed_over:
-                    acct.stopped = True
-                    self.stop_slice(acct.slice)
-            if self.parent is None and p.unit.pid and not p.unit.finished:
-                self.parent = self._slices_parent(p.unit.pid, p.unit.name)
-        except Exception as exc:  # never in the way of the exec's own answers
-            self.log.error(f"{p.unit.name}: usage: {exc!r}")
+        acct.look_up_first = False
+        swept = p.unit.name in self.sweeper  # its start unanswered, say
+        sent = p.calls.stop_sent or p.calls.reset_sent
+        going = p.unit.gone or p.unit.stopping or sent or swept
+        if going and not acct.stopped and not acct.handed_over:
+            acct.stopped = True
+            self.stop_slice(acct.slice)
 
     def stop_slice(self, name):
         """Stop accounting slice ``name``; a stop that did not go through (lost to a
@@ -206,7 +211,7 @@ class Accounting:
 
     def hand_over(self, procs):
         """At unload, before the last inputs: the slices of ``procs``, the processes handed
-        over to the next sdexec, stay with their units (``reached`` stops none of them);
+        over to the next sdexec, stay with their units (``done`` stops none of them);
         returns them (``slices``)."""
         procs = list(procs)
         for p in procs:

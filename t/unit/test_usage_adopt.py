@@ -93,8 +93,8 @@ def test_a_record_the_predecessor_wrote_is_kept_not_overwritten_with_nulls(tmp_p
     known yet. Nothing is written; the process carries the record that was written."""
     acc = recording(tmp_path)
     p = adopted(acc)
-    acc.reached(p)
-    acc.reached(p)  # each input observes: one lookup only
+    acc.read_usage(p)
+    acc.read_usage(p)  # asked twice: one lookup only
     assert acc.jobs.commits == []
     # this rank's key in the job's KVS directory, the job's id as flux spells it
     assert [key for key, _ in acc.jobs.sent] == [f"job.{JobID(JOB).dothex}.sdexec-usage.0"]
@@ -109,7 +109,7 @@ def test_after_a_crash_the_oom_exception_is_not_raised_again(tmp_path):
     files = {"cpu.stat": CPU_STAT, "memory.events": events, "cgroup.controllers": "memory"}
     acc = recording(tmp_path, files, parent=PARENT)
     p = adopted(acc)
-    acc.reached(p)
+    acc.read_usage(p)
     acc.jobs.answer(record=COMMITTED)
     assert acc.jobs.commits == [] and usage(acc, p) == FIGURES
 
@@ -119,11 +119,11 @@ def test_no_record_yet_is_written_once_with_the_wall_time_up_to_the_exit(tmp_pat
     read at adoption is written, once, its wall time from systemd's exit timestamp."""
     acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     p = adopted(acc)
-    acc.reached(p)
+    acc.read_usage(p)
     acc.jobs.answer(exc=OSError(errno.ENOENT, "No such file or directory"))
     assert len(acc.jobs.commits) == 1
     assert acc.jobs.commits[0]["cpu_user_s"] == 2.0 and acc.jobs.commits[0]["wall_s"] == 12.5
-    acc.reached(p)
+    acc.read_usage(p)
     assert len(acc.jobs.commits) == 1 and acc.jobs.sent == []
 
 
@@ -132,7 +132,7 @@ def test_the_wait_answer_waits_for_the_lookup_and_carries_the_record(tmp_path):
     record that was written; one answered after it goes at once."""
     acc = recording(tmp_path)
     p = adopted(acc)
-    acc.reached(p)
+    acc.read_usage(p)
     sent = []
     acc.after_usage(p, sent.append)
     assert sent == []  # not inline: the lookup is not answered yet
@@ -147,7 +147,7 @@ def test_a_failed_lookup_writes_nothing_and_answers_with_what_was_read(tmp_path)
     figures read at adoption."""
     acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     p = adopted(acc)
-    acc.reached(p)
+    acc.read_usage(p)
     sent = []
     acc.after_usage(p, lambda u: sent.append(u["cpu_user_s"]))
     acc.jobs.answer(exc=OSError(errno.EHOSTUNREACH, "No route to host"))
@@ -157,7 +157,7 @@ def test_a_failed_lookup_writes_nothing_and_answers_with_what_was_read(tmp_path)
 def test_a_lookup_still_out_at_unload_answers_its_waits_once(tmp_path):
     acc = recording(tmp_path)
     p = adopted(acc)
-    acc.reached(p)
+    acc.read_usage(p)
     sent = []
     acc.after_usage(p, sent.append)
     acc.flush()
@@ -171,10 +171,10 @@ def test_a_unit_adopted_running_is_looked_up_when_it_ends(tmp_path):
     the lookup costs one KVS read, and says so."""
     acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     p = adopted(acc, finished=False)
-    acc.reached(p)
+    acc.find_slices(p)  # seen running: nothing read
     assert acc.jobs.sent == [] and acc.jobs.commits == []
     p.unit.finished = p.unit.gone = True
-    acc.reached(p)
+    acc.read_usage(p)
     acc.jobs.answer(exc=OSError(errno.ENOENT, "No such file or directory"))
     assert len(acc.jobs.commits) == 1
 
@@ -186,7 +186,7 @@ def test_a_process_this_sdexec_started_is_written_at_once(tmp_path, monkeypatch)
     acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     monkeypatch.setattr(cgroup_usage, "accounting_slice", lambda unit, token: SLICE)
     p = adopted(acc, adopt=False)
-    acc.reached(p)
+    acc.read_usage(p)
     assert acc.jobs.sent == [] and len(acc.jobs.commits) == 1
     sent = []
     acc.after_usage(p, lambda u: sent.append(("wait", u["cpu_user_s"])))
@@ -202,7 +202,7 @@ def test_an_end_not_handed_on_at_unload_answers_with_what_was_read(tmp_path, mon
     acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     monkeypatch.setattr(cgroup_usage, "accounting_slice", lambda unit, token: SLICE)
     p = adopted(acc, adopt=False)
-    acc.reached(p)
+    acc.read_usage(p)
     sent = []
     acc.after_usage(p, lambda u: sent.append(u["cpu_user_s"]))
     acc.flush()
@@ -215,7 +215,7 @@ def test_a_missing_mark_found_is_no_record_the_figures_read_are_written(tmp_path
     hour passed); the adopted shell's figures replace the mark and the wait carries them."""
     acc = recording(tmp_path, {"cpu.stat": CPU_STAT}, parent=PARENT)
     p = adopted(acc)
-    acc.reached(p)
+    acc.read_usage(p)
     acc.jobs.answer(record={"rank": 0, "missing": "no record within 3600 s"})
     assert len(acc.jobs.commits) == 1 and acc.jobs.commits[0]["cpu_user_s"] == 2.0
     acc.jobs.hand_on()

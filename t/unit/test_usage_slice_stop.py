@@ -49,8 +49,8 @@ def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
     )
     if not opts:
         acc.adopted(p, {"Slice": SLICE})  # in a slice of its own
-    acc.reached(p)
-    acc.reached(p)  # once only
+    acc.done(p)
+    acc.done(p)  # once only
     assert bridge.stopped == ([SLICE] if stopped else [])
 
 
@@ -79,7 +79,7 @@ def test_a_slice_stop_that_did_not_go_through_goes_to_the_sweeper(tmp_path, answ
     """A stop lost to a manager reexec left the slice running for good (chaos seed 12)."""
     sweeper = StubSweeper()
     acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=Stops(answer), sweeper=sweeper)
-    acc.reached(done_proc(acc, gone=True))
+    acc.done(done_proc(acc, gone=True))
     assert sweeper.swept == swept
 
 
@@ -87,5 +87,5 @@ def test_the_slice_of_a_unit_left_to_the_sweeper_is_stopped_too(tmp_path):
     """A start systemd never answered (the unit swept, never seen): its slice was left."""
     bridge = Stops()
     acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=bridge, sweeper={UNIT})
-    acc.reached(done_proc(acc, gone=False))
+    acc.done(done_proc(acc, gone=False))
     assert bridge.stopped == [SLICE]
