@@ -40,7 +40,6 @@ from flux_sdexec.containment import cgroups
 from flux_sdexec.core.errors import UnitError
 from flux_sdexec.core.properties import PREFIX
 from flux_sdexec.core.shelljobs import shell_job
-from flux_sdexec.core.states import ProcState
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.usage.oom_log import OomLog
 
