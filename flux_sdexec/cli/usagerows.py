@@ -7,17 +7,13 @@ runs, marked ``running``), or a rank without one: ``{"rank", "missing": why}``. 
 """
 
 from flux_sdexec.cli.columns import render
-from flux_sdexec.usage.record import UsageRecord, total
+from flux_sdexec.usage.record import FIGURE_TABLE, total
 
 COLUMNS = (
     ("JOBID", "jobid"),
     ("RANK>", "rank"),
     ("HOST", "host"),
-    ("USER>", "user"),
-    ("SYS>", "sys"),
-    ("MAXMEM>", "maxmem"),
-    ("TASKS>", "tasks"),
-    ("OOM>", "oom"),
+    *((f"{figure.column}>", figure.name) for figure in FIGURE_TABLE),
     ("RESULT", "result"),
 )
 WATCH_COLUMNS = COLUMNS[:3] + (("CPU%>", "cpu_percent"),) + COLUMNS[3:]
@@ -34,6 +30,13 @@ def _bytes(value):
         if value < 1024 or unit == "T":
             return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
         value /= 1024
+
+
+def _shown(figure, value):
+    """``value`` of ``figure`` as the table prints it (None: blank)."""
+    if figure.kind == "seconds":
+        return _seconds(value)
+    return _bytes(value) if figure.kind == "bytes" else value
 
 
 def recorded(records):
@@ -65,34 +68,22 @@ def rows(jobid, records, percent=None):
         if "missing" in r:
             out.append({"jobid": jobid, "rank": r["rank"], "result": f"missing: {r['missing']}"})
             continue
-        u = UsageRecord.from_json(r)
-        out.append(
-            {
-                "jobid": jobid,
-                "rank": r["rank"],
-                "host": r.get("host"),
-                "user": _seconds(u.cpu_user_s),
-                "sys": _seconds(u.cpu_sys_s),
-                "maxmem": _bytes(u.memory_peak),
-                "tasks": u.tasks_peak,
-                "oom": u.oom_kills,
-                "result": "running" if r.get("running") else u.result,
-                "cpu_percent": (percent or {}).get(r["rank"]),
-            }
-        )
+        row = {"jobid": jobid, "rank": r["rank"], "host": r.get("host")}
+        row.update({f.name: _shown(f, r.get(f.name)) for f in FIGURE_TABLE})
+        row["result"] = "running" if r.get("running") else r.get("result")
+        row["cpu_percent"] = (percent or {}).get(r["rank"])
+        out.append(row)
     t = total(recorded(records))
-    where = f" (rank {t['memory_peak_rank']})" if t["memory_peak_rank"] is not None else ""
-    out.append(
-        {
-            "jobid": jobid,
-            "rank": "total",
-            "user": _seconds(t["cpu_user_s"]),
-            "sys": _seconds(t["cpu_sys_s"]),
-            "maxmem": (_bytes(t["memory_peak"]) + where) if t["memory_peak"] else None,
-            "tasks": t["tasks_peak"],
-            "oom": t["oom_kills"],
-        }
-    )
+    row = {"jobid": jobid, "rank": "total"}
+    for figure in FIGURE_TABLE:
+        value = t[figure.name]
+        row[figure.name] = _shown(figure, value)
+        rank = t.get(f"{figure.name}_rank")
+        if figure.with_rank and value and rank is not None:
+            row[figure.name] += f" (rank {rank})"
+        elif figure.with_rank and not value:
+            row[figure.name] = None
+    out.append(row)
     return out
 
 

@@ -11,7 +11,7 @@ Pure: stdlib only.
 """
 
 from flux_sdexec.core.values import encode_idset
-from flux_sdexec.usage.record import FIGURES, summed, total
+from flux_sdexec.usage.record import FIGURE_TABLE, FIGURES, summed, total
 
 WAIT_S = 30.0  # default bound on waiting for a subtree's rows (seconds)
 
@@ -190,11 +190,11 @@ def job_totals(rows, missing):
     """The job's memo from its ``rows`` and ``missing`` (``JobGather.take`` at rank 0,
     accumulated), built on ``record.total``; a figure no rank gave is None:
 
-    - ``cpu``: user and system CPU seconds, summed; ``cpu_user``, ``cpu_sys``: each alone
-    - ``maxmem``: the largest rank's ``memory_peak`` (bytes); ``maxmem_rank``: that rank
+    - each figure's total under its memo key (FIGURE_TABLE: ``cpu_user``, ``cpu_sys``,
+      ``maxmem``, ``tasks``, ``oom``), and ``<memo>_rank`` where the table asks
+      (``maxmem_rank``: the rank of the largest memory peak)
+    - ``cpu``: user and system CPU seconds, summed
     - ``mem_sum``: ``memory_peak`` summed (bytes)
-    - ``tasks``: the largest ``tasks_peak``
-    - ``oom``: ``oom_kills`` summed
     - ``ranks``: how many ranks gave a row
     - ``missing``: the ranks of ``missing`` without a row, an RFC 22 idset (``"3,5-7"``);
       absent when none
@@ -202,21 +202,14 @@ def job_totals(rows, missing):
     records = [rows[rank] for rank in sorted(rows)]
     t = total(records)
     cpu = [t[key] for key in ("cpu_user_s", "cpu_sys_s") if t[key] is not None]
-    memo = {
-        "cpu": round(sum(cpu), 6) if cpu else None,
-        "cpu_user": t["cpu_user_s"],
-        "cpu_sys": t["cpu_sys_s"],
-        "maxmem": t["memory_peak"],
-        "mem_sum": summed(records, "memory_peak"),
-        "maxmem_rank": t["memory_peak_rank"],
-        "tasks": t["tasks_peak"],
-        "oom": t["oom_kills"],
-        "ranks": t["ranks"],
-    }
+    memo = {"cpu": round(sum(cpu), 6) if cpu else None}
+    for figure in FIGURE_TABLE:
+        memo[figure.memo] = t[figure.name]
+        if figure.with_rank:
+            memo[f"{figure.memo}_rank"] = t[f"{figure.name}_rank"]
+    memo["mem_sum"] = summed(records, "memory_peak")
+    memo["ranks"] = t["ranks"]
     absent = missing.keys() - rows.keys()
     if absent:
         memo["missing"] = encode_idset(absent)
     return memo
-
-
-# ---- one broker's gatherings: events in, actions out ----

@@ -13,7 +13,29 @@ import dataclasses
 from typing import Optional
 
 KVS_DIR = "sdexec-usage"  # in the job's KVS directory: one key per rank
-FIGURES = ("cpu_user_s", "cpu_sys_s", "memory_peak", "tasks_peak", "oom_kills")
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One figure of the record: how a job's ranks add up to its total, and how it is
+    shown. Everything that totals, memos or prints the figures goes by FIGURE_TABLE."""
+
+    name: str  # its key in the record and in the total
+    adds_up: str  # "sum": summed over the ranks; "max": the largest rank's
+    kind: str  # "seconds", "bytes" or "count": how ``flux sdexec usage`` prints it
+    column: str  # its column in ``flux sdexec usage``
+    memo: str  # its key in the job's memo: ``flux jobs -o '{user.sdexec.<memo>}'``
+    with_rank: bool = False  # the total and the memo name the rank of the largest
+
+
+FIGURE_TABLE = (
+    Figure("cpu_user_s", "sum", "seconds", "USER", "cpu_user"),
+    Figure("cpu_sys_s", "sum", "seconds", "SYS", "cpu_sys"),
+    Figure("memory_peak", "max", "bytes", "MAXMEM", "maxmem", with_rank=True),
+    Figure("tasks_peak", "max", "count", "TASKS", "tasks"),
+    Figure("oom_kills", "sum", "count", "OOM", "oom"),
+)
+FIGURES = tuple(figure.name for figure in FIGURE_TABLE)
 
 
 def dothex(jobid):
@@ -78,23 +100,24 @@ def summed(records, figure):
     return round(sum(found), 6) if found else None
 
 
+def largest(records, figure):
+    """``(rank, value)`` of the record with the largest ``figure``; None when no record
+    gives it."""
+    found = [(r["rank"], r[figure]) for r in records if r.get(figure) is not None]
+    return max(found, key=lambda pair: pair[1], default=None)
+
+
 def total(records):
-    """A job's total over its ranks' JSON records (each with its ``rank``): CPU summed,
-    peak memory and tasks the largest (with the rank of the memory peak), OOM kills
-    summed; a figure no rank gave stays None."""
-    figures = [(r["rank"], UsageRecord.from_json(r)) for r in records]
-    tasks = [u.tasks_peak for _, u in figures if u.tasks_peak is not None]
-    peak = max(
-        ((rank, u.memory_peak) for rank, u in figures if u.memory_peak is not None),
-        key=lambda found: found[1],
-        default=None,
-    )
-    return {
-        "ranks": len(records),
-        "cpu_user_s": summed(records, "cpu_user_s"),
-        "cpu_sys_s": summed(records, "cpu_sys_s"),
-        "memory_peak": peak[1] if peak else None,
-        "memory_peak_rank": peak[0] if peak else None,
-        "tasks_peak": max(tasks) if tasks else None,
-        "oom_kills": summed(records, "oom_kills"),
-    }
+    """A job's total over its ranks' JSON records (each with its ``rank``): each figure
+    summed or the largest, as FIGURE_TABLE says, with the rank of the largest where it
+    asks; a figure no rank gave stays None."""
+    out = {"ranks": len(records)}
+    for figure in FIGURE_TABLE:
+        if figure.adds_up == "sum":
+            out[figure.name] = summed(records, figure.name)
+            continue
+        found = largest(records, figure.name)
+        out[figure.name] = found[1] if found else None
+        if figure.with_rank:
+            out[f"{figure.name}_rank"] = found[0] if found else None
+    return out

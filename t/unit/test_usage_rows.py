@@ -61,8 +61,8 @@ def test_a_missing_rank_is_a_row_of_its_own_and_out_of_the_total():
     lost = {"rank": 2, "missing": "rank 2 lost"}
     table = usagerows.rows("fA1", [R0, lost, R1])
     assert [r["rank"] for r in table] == [0, 1, 2, "total"]
-    assert table[2]["result"] == "missing: rank 2 lost" and table[2].get("user") is None
-    assert table[3]["user"] == "3.50s" and table[3]["oom"] == 1
+    assert table[2]["result"] == "missing: rank 2 lost" and table[2].get("cpu_user_s") is None
+    assert table[3]["cpu_user_s"] == "3.50s" and table[3]["oom_kills"] == 1
     assert "missing: rank 2 lost" in usagerows.lines(table)[3]
 
 
