@@ -1,4 +1,10 @@
-"""The usage record of a job shell adopted at load (review 2026-12b, finding 1).
+"""Each process's accounting (usage/accounting.py): its slice placed, read at its exit and
+stopped at its end; an adopted job shell's record looked up first.
+
+Slices. When the adapter stops a unit's accounting slice, and what a stop that did not go through
+becomes (the sweeper's). No flux, no systemd: a bridge that answers each stop at once.
+
+Adopted job shells. The usage record of a job shell adopted at load (review 2026-12b, finding 1).
 
 A bgexec shell ended while job-exec was out (an upgrade): the old sdexec wrote its job's
 record, stopped its accounting slice at unload and handed the unit over. The next sdexec
@@ -15,18 +21,142 @@ import errno
 import types
 
 import fluxpath
-
-from test_usage import CPU_STAT, PARENT, SLICE, UNIT, Jobs, Proc, accounting, tree
+import pytest
+from stubs import StubSweeper
+from usage_fixtures import CPU_STAT, PARENT, SLICE, UNIT, Jobs, Proc, accounting, proc, tree
 
 from flux_sdexec.containment import cgroups
-from flux_sdexec.usage import cgroup_usage
+from flux_sdexec.core.errors import UnitError
 from flux_sdexec.core.states import ProcState
+from flux_sdexec.usage import cgroup_usage
 
 fluxpath.add()
 from flux.job import JobID  # noqa: E402
 
+
+def test_place_gives_each_start_a_slice_of_its_own(tmp_path):
+    """Two starts of one unit name (a label reused) get two slices; a client's is kept."""
+    acc = accounting(tree(tmp_path, cgroups.HYBRID))
+    props = [("MemoryMax", "t", 1 << 20)]
+    first, second = proc(), proc()
+    placed = acc.place(first, props)
+    (name,) = acc.slices([first])
+    assert placed == props + [("Slice", "s", name)]
+    acc.place(second, props)
+    assert acc.slices([second]) != {name}
+    assert name.startswith("app-sdexec-shell\\x2d0\\x2dfA1:tb_")
+    assert cgroup_usage.is_accounting_slice(name)
+    client = proc(opts={"SDEXEC_PROP_Slice": "x.slice"})
+    assert acc.place(client, props) == props and acc.slices([client]) == set()
+
+
+@pytest.mark.parametrize(
+    "usage, shell, other",
+    [("jobs", True, False), ("all", True, True), ("none", False, False)],
+)
+def test_sdexec_usage_says_which_units_get_a_slice(tmp_path, usage, shell, other):
+    """``[sdexec] usage``: job shells (the default), every unit, or none; a unit without a
+    slice has no account (no usage read, nothing handed to its job)."""
+    acc = accounting(tree(tmp_path, cgroups.HYBRID), usage=usage)
+    job_shell, exec_ = proc(), proc(name="ls-0:tb.service")
+    assert (acc.place(job_shell, []) != []) is shell
+    assert (acc.place(exec_, []) != []) is other
+    assert bool(acc.slices([job_shell])) is shell and bool(acc.slices([exec_])) is other
+    assert acc.jobs.started == (["fA1"] if shell else [])
+
+
+def test_an_adopted_unit_keeps_the_slice_systemd_says_it_is_in(tmp_path):
+    acc = accounting(tree(tmp_path, cgroups.HYBRID))
+    p = proc()
+    acc.adopted(p, {"Slice": SLICE})
+    assert acc.slices([p]) == {SLICE}
+    old = proc()
+    acc.adopted(old, {"Slice": "app.slice"})  # started by an sdexec without accounting
+    assert acc.slices([old]) == set()
+
+
+class Stops:
+    def __init__(self, answer=None):
+        self.stopped = []
+        self.answer = answer  # what systemd answers each stop (None: done)
+
+    def stop_unit(self, name, on_reply=None, **kwargs):
+        self.stopped.append(name)
+        on_reply(self.answer)
+
+
+@pytest.mark.parametrize(
+    "gone, active, stop_sent, reset_sent, opts, stopped",
+    [
+        (True, "inactive", False, False, {}, True),  # the unit went
+        (False, "active", True, False, {}, True),  # sdexec stopped it (a waitable, waited)
+        (False, "failed", False, True, {}, True),  # sdexec reset it
+        (False, "deactivating", False, False, {}, True),  # stopping (sent nothing at unload)
+        (False, "active", False, False, {}, False),  # let go active: kept for the next
+        (True, "inactive", False, False, {"SDEXEC_PROP_Slice": "x.slice"}, False),  # client's
+    ],
+)
+def test_the_slice_is_stopped_once_sdexec_is_done_with_a_unit_going_away(
+    tmp_path, gone, active, stop_sent, reset_sent, opts, stopped
+):
+    bridge = Stops()
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=bridge, sweeper=StubSweeper())
+    stopping = active == "deactivating"
+    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone, stopping=stopping)
+    p = Proc(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts=opts, label=None),
+        state=ProcState.DONE,
+        calls=types.SimpleNamespace(stop_sent=stop_sent, reset_sent=reset_sent),
+    )
+    if not opts:
+        acc.adopted(p, {"Slice": SLICE})  # in a slice of its own
+    acc.done(p)
+    acc.done(p)  # once only
+    assert bridge.stopped == ([SLICE] if stopped else [])
+
+
+def done_proc(acc, gone):
+    """A record sdexec is done with, of a unit with an accounting slice (``gone``: seen end)."""
+    unit = types.SimpleNamespace(name=UNIT, pid=None, finished=False, gone=gone, stopping=False)
+    p = Proc(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts={}, label=None),
+        state=ProcState.DONE,
+        calls=types.SimpleNamespace(stop_sent=False, reset_sent=False),
+    )
+    acc.adopted(p, {"Slice": SLICE})
+    return p
+
+
+@pytest.mark.parametrize(
+    "answer, swept",
+    [
+        (UnitError(errno.ECONNRESET, "lost connection to systemd"), [SLICE]),  # a reexec
+        (UnitError(errno.ETIMEDOUT, "systemd did not answer"), [SLICE]),
+        (UnitError(errno.ENOENT, "Unit not loaded."), []),  # already gone
+    ],
+)
+def test_a_slice_stop_that_did_not_go_through_goes_to_the_sweeper(tmp_path, answer, swept):
+    """A stop lost to a manager reexec left the slice running for good (chaos seed 12)."""
+    sweeper = StubSweeper()
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=Stops(answer), sweeper=sweeper)
+    acc.done(done_proc(acc, gone=True))
+    assert sweeper.swept == swept
+
+
+def test_the_slice_of_a_unit_left_to_the_sweeper_is_stopped_too(tmp_path):
+    """A start systemd never answered (the unit swept, never seen): its slice was left."""
+    bridge = Stops()
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=bridge, sweeper={UNIT})
+    acc.done(done_proc(acc, gone=False))
+    assert bridge.stopped == [SLICE]
+
+
 JOB = "fA1"  # the job id in UNIT (shell-0-fA1)
 STARTED, EXITED = 1000.0, 1012.5  # ExecMainStartTimestamp, ExecMainExitTimestamp (s)
+
+
 # what the old sdexec wrote (``flux job info JOB sdexec-usage.0``)
 COMMITTED = {
     "cpu_user_s": 2.0,
@@ -42,6 +172,8 @@ COMMITTED = {
     "host": "node0",
     "unit": UNIT,
 }
+
+
 FIGURES = {k: v for k, v in COMMITTED.items() if k not in ("rank", "host", "unit")}
 
 
