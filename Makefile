@@ -40,8 +40,8 @@ DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sh
 PIP_DEPS := vermin
 
 .PHONY: check check-unit check-systemd check-flux check-chaos check-site check-upstream chaos \
-	nodes-chaos deps flux-security flux-core install install-reconnect demo lint man setup-check \
-	site-up site-down vm check-v2 soak
+	nodes-chaos deps flux-security flux-core install install-reconnect demo lint man doc-table \
+	setup-check site-up site-down vm check-v2 soak
 
 check: setup-check check-unit check-systemd check-flux check-chaos check-site check-v2
 
@@ -153,6 +153,11 @@ doc/man5/%.5: doc/man5/%.rst
 		"make deps (Debian python3-docutils) or pip install docutils" >&2; exit 1; }
 	$(RST2MAN) --halt=warning $< $@
 
+# The state table of doc/dev/design.md, generated from flux_sdexec/core/table.py (between its
+# BEGIN and END lines); t/unit/test_table.py fails while it differs.
+doc-table:
+	$(PYTHON) scripts/state_table.py doc/dev/design.md
+
 # The package for flux's own Python (the broker's modules and flux's commands run under it;
 # a distribution's python3 is "externally managed": pip as root installs into /usr/local),
 # the module files, and `flux sdexec` in flux-core's command directory, asked of flux
@@ -247,6 +252,6 @@ soak:
 # black and flake8 at 100 columns; vermin checks that setup.py's python_requires (3.9)
 # is the minimum the code needs (--eval-annotations: it also reads annotations)
 lint:
-	$(DEV_PYTHON) -m black --check -l 100 flux_sdexec t bench
-	$(DEV_PYTHON) -m flake8 --max-line-length 100 flux_sdexec t bench
+	$(DEV_PYTHON) -m black --check -l 100 flux_sdexec t bench scripts/state_table.py
+	$(DEV_PYTHON) -m flake8 --max-line-length 100 flux_sdexec t bench scripts/state_table.py
 	vermin --no-tips --eval-annotations --violations -t=3.9- flux_sdexec

@@ -4,7 +4,7 @@ test_description='line-mode output reaches flux exec one line per message
 
 flux exec --label-io prints its "RANK: " prefix once per output callback, and
 libsubprocess hands it everything buffered per callback: each line must come
-in its own message or lines lose their prefix (doc/dev/design.md, Output).
+in its own message or lines lose their prefix (doc/dev/design.md, "Output, one line per message").
 Runs under flux start --test-size=3 with our module on every rank.'
 
 . "$(dirname "$0")/lib/sharness-sdexec.sh"

@@ -24,6 +24,8 @@ design and flux-core's sdexec.c:
 - stop timer: armed when the unit enters deactivating, it escalates SIGTERM, the
   configured signal, then EDEADLK; machine.py cancels it whenever the unit leaves
   deactivating or the process leaves the states where it may run (ESCALATING).
+
+``markdown()`` renders the rows as doc/dev/design.md shows them (``make doc-table``).
 Pure: stdlib only.
 """
 
@@ -58,10 +60,12 @@ ZOMBIE, ANSWERED, RELEASING, DONE = S.ZOMBIE, S.ANSWERED, S.RELEASING, S.DONE
 ENDS = {DONE, ZOMBIE, ANSWERED, RELEASING}
 
 TABLE = {}
+ROWS = []  # each row() below as written: (states, key, targets, handler)
 
 
 def row(states, key, targets, handler):
     """Add the rows (state, key) for each of ``states``; a target of None means "stay"."""
+    ROWS.append((tuple(states), key, tuple(targets), handler))
     for state in states:
         TABLE[(state, key)] = (frozenset(state if t is None else t for t in targets), handler)
 
@@ -127,3 +131,24 @@ row(LIVE, LabelReused, [None, RELEASING, DONE], w.label_reused)
 row(LIVE, HoldsStart, [None], w.holds_start)
 # unload answers what is owed (ENOSYS) and lets the unit go
 row(LIVE, Unloading, [DONE], h.unloading)
+
+
+def _state_names(states):
+    """``states`` in ProcState order, as their names; every live state as one phrase."""
+    if set(states) == LIVE:
+        return "every state but DONE"
+    return ", ".join(s.name for s in ProcState if s in states)
+
+
+def markdown():
+    """The unit phases and the rows above as two Markdown tables, in the order written."""
+    lines = ["| unit phase | due when |", "|---|---|"]
+    lines += [f"| `{phase.name}` | {phase.value} |" for phase in Phase]
+    lines += ["", "| in | on | may lead to | handler |", "|---|---|---|---|"]
+    for states, key, targets, handler in ROWS:
+        on = f"phase `{key.name}`" if isinstance(key, Phase) else f"`{key.__name__}`"
+        stays = ["same state"] if None in targets else []
+        to = ", ".join(stays + [s.name for s in ProcState if s in targets])
+        name = f"{handler.__module__.rsplit('.', 1)[-1]}.{handler.__name__}"
+        lines.append(f"| {_state_names(states)} | {on} | {to} | `{name}` |")
+    return "\n".join(lines) + "\n"
