@@ -8,6 +8,10 @@ this rank's own row, when no shell of the job runs here and one ran (under this 
 none came for OWN_WAIT_S. A rank still up is waited for (a job's ranks may end far apart),
 at most WAIT_MAX_S.
 
+A gathering that ended lets its rows go; the last REMEMBERED of them are remembered by
+their ranks alone. A correction that comes later goes on as it comes; at rank 0 it is
+merged into the job's record as read back, and the memo is posted again over every rank.
+
 A job that started before this sdexec loaded (an upgrade, a restart with the jobs kept) had
 its gathering begun by the sdexec before, which may have sent or written part of it. Here a
 broker other than rank 0 passes each of its messages on as it comes. Rank 0 reads back what
@@ -44,7 +48,7 @@ from flux_sdexec.usage.record import dothex, kvs_dir
 CHECK_S = 5.0  # while a job's gathering waits: how often its children's health is looked at
 OWN_WAIT_S = 60.0  # how long this rank's own record is awaited when no shell of it ran here
 WAIT_MAX_S = 3600.0  # the longest a rank still up is waited for
-REMEMBERED = 1024  # gatherings ended that are kept for late corrections
+REMEMBERED = 1024  # gatherings ended whose ranks are kept for late corrections
 DOWN = ("lost", "offline")  # overlay.health's words for a child that is gone
 
 
@@ -63,6 +67,7 @@ class _Job:
         "ended",
         "passing",
         "reading",
+        "want",
     )
 
     def __init__(self):
@@ -72,6 +77,7 @@ class _Job:
         self.ended = False  # its gathering is complete (counted in Gatherings.ended)
         self.passing = False  # begun by the sdexec before, not at rank 0: each message goes on
         self.reading = False  # rank 0: its record is being read back
+        self.want = None  # what it gathers: (own rank expected, {child: job ranks below})
 
 
 class Gatherings:
@@ -84,6 +90,7 @@ class Gatherings:
         self.rank, self.host, self.loaded = rank, host, loaded
         self.jobs = OrderedDict()  # job id -> _Job, oldest first
         self.ended = 0  # how many of them have a complete gathering
+        self.most = 0  # the most messages one child sent for a gathering that let its rows go
         self.counts = {"messages-in": 0, "messages-out": 0, "records-written": 0}
 
     def handle(self, event, now):
@@ -154,9 +161,9 @@ class Gatherings:
 
     def stats(self):
         """Messages in and out, records written, gatherings waiting, and the most
-        messages one child sent for one job."""
+        messages one child sent for one job since load."""
         gathers = [job.gather for job in self.jobs.values() if job.gather is not None]
-        most = max((max(g.received_from.values(), default=0) for g in gathers), default=0)
+        most = max([self.most, *(_most_from_one_child(g) for g in gathers)])
         waiting = sum(1 for job in self.jobs.values() if not job.ended)
         return dict(self.counts, waiting=waiting, **{"most-from-one-child": most})
 
@@ -179,6 +186,8 @@ class Gatherings:
         job = self._job(came.jobid, out)
         if job.passing:
             self._pass_on(came.jobid, None, came.rows, came.missing, False, out)
+        elif job.ended and job.gather is None:
+            self._correct(came, job, out)
         elif job.gather is None or job.reading:
             job.early.append(came)
         else:
@@ -216,9 +225,8 @@ class Gatherings:
                 self._pass_on(jobid, None, came.rows, came.missing, False, out)
             return
         want = expected_ranks(job.ranks, self.rank, found.topology)
-        job.gather = JobGather(
-            jobid, want["own"], want["children"], None, WAIT_MAX_S, rank=self.rank
-        )
+        job.want = (want["own"], want["children"])
+        job.gather = JobGather(jobid, *job.want, None, WAIT_MAX_S, rank=self.rank)
         if begun_before and job.ranks:
             job.reading = True
             out.append(ReadRecord(jobid, frozenset(job.ranks)))
@@ -272,9 +280,24 @@ class Gatherings:
                 job.armed = False
                 out.append(CancelCheck(jobid))
             self._end(job)
+            if job.ranks:  # its rows go: a correction reads the record back
+                self.most = max(self.most, _most_from_one_child(job.gather))
+                job.gather = None
         else:
             job.armed = True
             out.append(ArmCheck(jobid, CHECK_S))
+
+    def _correct(self, came, job, out):
+        """A correction of a gathering that ended and let its rows go: on as it comes, or
+        at rank 0 merged into the job's record as read back (the better row of a rank
+        stays, the memo is over every rank)."""
+        if self.rank != 0:
+            self._pass_on(came.jobid, None, came.rows, came.missing, True, out)
+            return
+        job.gather = JobGather(came.jobid, *job.want, None, WAIT_MAX_S, rank=self.rank)
+        job.reading = True
+        job.early.append(came)
+        out.append(ReadRecord(came.jobid, frozenset(job.ranks)))
 
     def _end(self, job):
         """Count ``job``'s gathering as ended, once."""
@@ -311,3 +334,8 @@ class Gatherings:
             for jobid in old:
                 del self.jobs[jobid]
             self.ended -= len(old)
+
+
+def _most_from_one_child(gather):
+    """The most messages one child sent for ``gather``."""
+    return max(gather.received_from.values(), default=0)

@@ -2,6 +2,8 @@
 lookups, checks, the write at rank 0, unloads, long jobs and reloads.
 """
 
+import tracemalloc
+
 from test_job_gather import kary, nodes, row
 
 from flux_sdexec.core.shelljobs import job_number
@@ -268,3 +270,70 @@ def test_only_the_last_remembered_ended_gatherings_are_kept(monkeypatch):
             written += [a.jobid for a in actions if isinstance(a, WriteRecord)]
     assert written == [2, 3, 4, 5, 6]
     assert list(kept.jobs) == [1, 3, 4, 5, 6] and kept.ended == 4
+
+
+# an ended gathering lets its rows go (review 3: finding 8, its memory half)
+
+
+def ended_at_0(job_ranks, jobid):
+    """Rank 0's Gatherings of a 1-broker instance with job ``jobid`` on ``job_ranks`` ended:
+    every rank's row came in one message (as from one child)."""
+    g = Gatherings(0, "n0")
+    alone = {"rank": 0, "size": 1, "children": [{"rank": 1, "children": []}]}
+    g.handle(ShellStarted(jobid), 0.0)
+    g.handle(RanksFound(jobid, frozenset(job_ranks), alone), 0.0)
+    rows = {str(r): row(r) for r in job_ranks}
+    actions = g.handle(parse_gather({"id": jobid, "rank": 1, "rows": rows}), 1.0)
+    assert len(of(WriteRecord, actions)) == 1
+    return g
+
+
+def test_ended_gatherings_keep_no_rows_at_rank_0():
+    """Rank 0 remembers its last REMEMBERED ended gatherings for late corrections. Each
+    kept every rank's row: 1,024 jobs of 64 ranks held about 100 MB."""
+    tracemalloc.start()
+    g = Gatherings(0, "n0")
+    alone = {"rank": 0, "size": 1, "children": [{"rank": 1, "children": []}]}
+    ranks = range(1, 65)
+    before = tracemalloc.take_snapshot()
+    for jobid in range(1, 101):
+        g.handle(ShellStarted(jobid), 0.0)
+        g.handle(RanksFound(jobid, frozenset(ranks), alone), 0.0)
+        rows = {str(r): row(r) for r in ranks}
+        g.handle(parse_gather({"id": jobid, "rank": 1, "rows": rows}), 1.0)
+    kept = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    tracemalloc.stop()
+    assert g.ended == 100
+    assert kept / 100 < 12 * 1024  # bytes per ended 64-rank job (rows: over 60 KiB)
+
+
+def test_a_late_correction_at_rank_0_reads_the_record_back_then_writes_with_the_memo():
+    """The rows let go, a correction is merged into the record as written: read back, the
+    better row kept, the memo over every rank."""
+    jobid = job_number("fA1")
+    g = ended_at_0({1, 2}, jobid)
+    better = dict(row(2), cpu_user_s=5.0)
+    late = parse_gather({"id": jobid, "rank": 1, "rows": {"2": better}, "late": True})
+    assert g.handle(late, 2.0) == [ReadRecord(jobid, frozenset({1, 2}))]
+    actions = g.handle(RecordRead(jobid, {1: row(1), 2: dict(row(2), cpu_user_s=None)}), 3.0)
+    (write,) = of(WriteRecord, actions)
+    assert write.entries == {"2": better}
+    assert write.memo["sdexec"]["ranks"] == 2 and write.memo["sdexec"]["cpu_user"] == 6.0
+
+
+def test_a_late_correction_no_better_than_the_record_writes_nothing():
+    jobid = job_number("fA1")
+    g = ended_at_0({1, 2}, jobid)
+    late = parse_gather({"id": jobid, "rank": 1, "rows": {"2": row(2)}, "late": True})
+    g.handle(late, 2.0)
+    assert of(WriteRecord, g.handle(RecordRead(jobid, {1: row(1), 2: row(2)}), 3.0)) == []
+
+
+def test_a_late_correction_below_rank_0_goes_up_alone():
+    """A broker whose gathering ended passes a correction on as it comes."""
+    g, jobid, _ = started_at(1, {1, 3})
+    g.handle(ShellEnded("fA1", UNIT1, record()), 1.0)
+    g.handle(parse_gather({"id": jobid, "rank": 3, "rows": {"3": row(3)}}), 2.0)
+    late = parse_gather({"id": jobid, "rank": 3, "rows": {"3": row(3, cpu=9.0)}, "late": True})
+    (sent,) = of(SendUp, g.handle(late, 3.0))
+    assert sent.payload["rows"] == {"3": row(3, cpu=9.0)} and sent.payload["late"] is True
