@@ -246,7 +246,7 @@ class DrainRank:
 
 @dataclass(frozen=True)
 class FindSlices:
-    """The process runs: learn from its cgroup where the accounting slices are."""
+    """The process has a pid and runs: learn from its cgroup where the accounting slices are."""
 
 
 @dataclass(frozen=True)
