@@ -275,59 +275,56 @@ class SdexecService:
 
     def unload(self, broker_state):
         """Answer what is owed with ENOSYS and stop every unit still running, except
-        those handed over to the next sdexec (``handoff.units_to_keep``). The one place
-        that orders the end; each step says why it comes where it does.
+        those handed over to the next sdexec. What goes and what stays is decided once
+        (``handoff.plan_unload``), then carried out in order; each step says why it comes
+        where it does.
 
         Args:
             broker_state: the local broker's state-machine state, None when unknown.
         """
-        policy, outlive = self.settings.unload_policy, self.jobs_outlive_shutdown
-        keep = handoff.units_to_keep(self.registry, policy, broker_state, self.holds.held, outlive)
-        if not handoff.instance_stays(policy, broker_state, outlive) and len(self.registry):
+        plan = handoff.plan_unload(
+            self.registry, self.settings.unload_policy, broker_state, self.holds.held,
+            self.jobs_outlive_shutdown, self.settings.restart_grace,
+        )  # fmt: skip
+        if plan.stops_all and len(self.registry):
+            policy = self.settings.unload_policy
             self.log.info(f"unload ({policy}, broker state {broker_state}): stopping every unit")
         # 1. no new work: what waits for a reply of flux's or of a part is answered
         for part in (self.lookups, self.after_release, self.listings):
             part.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         self.orphans.close()
         self.memos.close()
-        # 2. what goes and what stays, read before the state machine forgets it
-        stopped = [
-            p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep
-        ]
-        timers = {
-            p.unit.name: (p.cmd.stop_timer_sec, p.cmd.stop_signal)
-            for p in self.registry
-            if p.cmd.stop_timer_sec is not None
-        }
-        slices = self.accounting.hand_over(p for p in self.registry if p.unit.name in keep)
+        # 2. the slices of the units kept stay with them
+        slices = self.accounting.hand_over(p for p in self.registry if p.unit.name in plan.keep)
         # 3. the state machine answers its requests and sends the stops; the references
         # and keepers of the units kept stay until the guard holds them
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         self.holds.hand_over()
-        self.keepers.hand_over(keep)
-        answer_waits = handoff.answers_waits(broker_state, outlive)
+        self.keepers.hand_over(plan.keep)
         for p in self.registry:
-            self.feed(p, Unloading(keep=p.unit.name in keep, answer_wait=answer_waits))
+            keep = p.unit.name in plan.keep
+            self.feed(p, Unloading(keep=keep, answer_wait=plan.answer_waits))
         # 4. blocking from here on (the reactor is done): stop what goes, guard what stays
         try:
-            left = self._stop_what_goes(stopped)
-            self._guard_what_stays(keep, slices, timers, broker_state)
+            left = self._stop_what_goes(plan)
+            self._guard_what_stays(plan, slices, broker_state)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
             left = None
         finally:
             self.holds.close()  # only now: the guard, loaded, refers to the units kept
         if left is not None:
-            signals = {unit: signum for unit, (_, signum) in timers.items()}
+            units, signals = [*plan.stop, *left], plan.stop_signals()
             try:
-                teardown.see_units_gone(self.bridge, self.log, stopped + left, stop_signals=signals)
+                teardown.see_units_gone(self.bridge, self.log, units, stop_signals=signals)
             except UnitError as exc:
                 self.log.error(f"unload: {exc}")
         # 5. the stops of slices and keepers answered; one refused or not answered by now
-        # reached the sweeper, closed: one more stop, then the connection goes
+        # reached the sweeper, closed (or all it had, when step 4 failed before closing
+        # it): one more stop, then the connection goes
         teardown.await_replies(self.bridge, self.log)
         self.bridge.fail_pending(UnitError(errno.ETIMEDOUT, "systemd did not answer by unload"))
-        late = self.sweeper.close()
+        late = self.sweeper.take()
         if late:
             teardown.stop_again(self.bridge, self.log, late)
         self.keepers.close()
@@ -340,27 +337,27 @@ class SdexecService:
         self.responder.outbox.close()
         self.accounting.close()
 
-    def _stop_what_goes(self, stopped):
-        """Stop the units ``stopped`` again if the connection was lost meanwhile, and the
-        units the sweeper still had; returns those of the sweeper's not among them."""
+    def _stop_what_goes(self, plan):
+        """Stop the units of ``plan.stop`` again if the connection was lost meanwhile, then
+        close the sweeper and stop the units it still had; returns those not among them."""
         if teardown.ensure_connected(self.bridge, self.log):
-            for unit in stopped:  # the stops just sent were lost with the connection
+            for unit in plan.stop:  # the stops just sent were lost with the connection
                 teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
         swept = self.sweeper.close()
         for unit in swept:
             teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
-        return [unit for unit in swept if unit not in stopped]
+        return [unit for unit in swept if unit not in plan.stop]
 
-    def _guard_what_stays(self, keep, slices, timers, broker_state):
+    def _guard_what_stays(self, plan, slices, broker_state):
         """Start the guard unit that holds the units kept (and their slices) for the next
         sdexec, with their stop timers (handoff.py)."""
-        if not keep or self.broker_pid is None:
+        if not plan.keep or self.broker_pid is None:
             return
-        kept = {unit: timers[unit] for unit in keep if unit in timers}
-        after = handoff.guard_after_exit(broker_state, self.settings.restart_grace)
+        after = plan.guard_after_exit
         if after:
             self.log.info(
                 f"unload (broker state {broker_state}, running jobs outlive it):"
-                f" {len(keep)} job shell(s) kept for {after:g} s after the broker exits"
+                f" {len(plan.keep)} job shell(s) kept for {after:g} s after the broker exits"
             )
-        guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices, kept, after)
+        units, timers = plan.keep | slices, plan.guarded_timers()
+        guard.start(self.bridge, self.log, self.guard, self.broker_pid, units, timers, after)

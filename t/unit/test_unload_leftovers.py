@@ -192,7 +192,8 @@ def test_the_slice_of_a_kept_unit_on_its_way_out_at_unload_is_not_stopped(monkey
     svc.feed(p, UnitChanged(running))
     svc.feed(p, UnitChanged({"ActiveState": "deactivating", "SubState": "stop-sigterm"}))
     assert p.state is ProcState.RUNNING and p.unit.stopping
-    assert handoff.units_to_keep(svc.registry, handoff.KEEP_WAITABLE, handoff.RUN_STATE) == {unit}
+    plan = handoff.plan_unload(svc.registry, handoff.KEEP_WAITABLE, handoff.RUN_STATE)
+    assert plan.keep == {unit}
     svc.unload(handoff.RUN_STATE)
     assert stops(bridge, own) == []
 
