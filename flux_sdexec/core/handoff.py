@@ -48,6 +48,9 @@ POLICIES = (KEEP_WAITABLE, STOP_ALL)
 # the instance is ending.
 RUN_STATE = "run"
 DEFAULT_RESTART_GRACE = 300.0  # seconds the guard waits for the restarted instance's sdexec
+# The event ``flux sdexec upgrade`` publishes once job-exec is loaded again: each sdexec
+# starts the hold of the records it adopted (waits.py), which job-exec is now there to collect.
+JOB_EXEC_LOADED = "sdexec.job-exec-loaded"
 
 _HANDED_OVER = frozenset({ProcState.RUNNING, ProcState.FINISHED, ProcState.ZOMBIE})
 

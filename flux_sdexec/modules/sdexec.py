@@ -29,6 +29,7 @@ from flux.brokermod import BrokerModule, event_handler, request_handler  # noqa:
 
 from flux_sdexec import config  # noqa: E402
 from flux_sdexec.core import naming  # noqa: E402
+from flux_sdexec.core.handoff import JOB_EXEC_LOADED  # noqa: E402
 from flux_sdexec.broker.brokerstate import broker_state  # noqa: E402
 from flux_sdexec.broker.service import SdexecService  # noqa: E402
 from flux_sdexec.broker.watchers import guarded  # noqa: E402
@@ -150,10 +151,10 @@ class SdexecModule(BrokerModule):
     def disconnect(self, msg):
         guarded(self.log, "disconnect", self.requests.disconnect)(msg)  # never answered
 
-    @event_handler("job-exec-loaded")
+    @event_handler(JOB_EXEC_LOADED, prefix=False)
     def job_exec_loaded(self, msg):
         """Published by ``flux sdexec upgrade`` once job-exec is loaded again."""
-        guarded(self.log, "job-exec-loaded", self.requests.start_holds)("job-exec loaded")
+        guarded(self.log, JOB_EXEC_LOADED, self.requests.start_holds)("job-exec loaded")
 
     @request_handler("config-reload")
     def config_reload(self, msg):
