@@ -16,9 +16,8 @@ import os
 import socket
 
 from flux_sdexec import __version__
-from flux_sdexec import config
-from flux_sdexec.config import Settings
-from flux_sdexec.core import handoff, orphans, settle, unitstate
+from flux_sdexec.config import Config, Settings
+from flux_sdexec.core import handoff, unitstate
 from flux_sdexec.broker import adopt, introspect
 from flux_sdexec.broker.containment_check import ContainmentChecker, pid_in_unit
 from flux_sdexec.broker.requests import Requests
@@ -69,17 +68,10 @@ class SdexecService:
         rank: this broker's rank.
         local_uri: the broker's ``local-uri`` (FLUX_URI of every unit).
         namer: a ``naming.UnitNamer``.
-        debug: ``[systemd] sdexec-debug``.
-        unload_policy: ``[systemd] sdexec-unload``.
-        containment_check: ``[sdexec] containment-check``.
-        containment_required: ``[sdexec] containment-required``.
+        config: the instance's ``config.Config`` (``reconfigure`` takes a new one).
         broker_pid: the broker's pid, watched by the guard of handed-over units.
         module_file: the module file loaded (stats-get says which).
-        systemd_timeout: ``[sdexec] systemd-timeout``, the budget of a systemd call.
-        orphan_interval: ``[sdexec] orphan-check-interval`` (broker/orphan_watch.py).
         jobs_outlive_shutdown: the broker runs with ``FLUX_DISABLE_JOB_CLEANUP`` (handoff.py).
-        restart_grace: ``[sdexec] restart-grace`` (handoff.py).
-        usage: ``[sdexec] usage``, which units get an accounting slice (broker/accounting.py).
         bridge_class: what reaches systemd (``SystemdBridge``; tests give a fake).
     """
 
@@ -90,22 +82,16 @@ class SdexecService:
         rank,
         local_uri,
         namer,
-        debug=False,
-        unload_policy=handoff.KEEP_WAITABLE,
-        containment_check="enforce",
-        containment_required=(),
+        config=Config(),
         broker_pid=None,
         module_file=None,
-        systemd_timeout=settle.DEFAULT_BUDGET,
-        orphan_interval=orphans.DEFAULT_INTERVAL,
         jobs_outlive_shutdown=False,
-        restart_grace=handoff.DEFAULT_RESTART_GRACE,
-        usage="jobs",
         bridge_class=SystemdBridge,
     ):
         self.log = log
         self.rank = rank
-        self.settings = Settings(debug, unload_policy, restart_grace, usage)
+        self.settings = Settings()
+        self.settings.take(config)
         self.jobs_outlive_shutdown = jobs_outlive_shutdown
         self.broker_pid = broker_pid
         self.module_file = module_file
@@ -114,8 +100,9 @@ class SdexecService:
         self.watchers = watchers = Watchers(handle, log)
         self.memos = JobMemos(handle, log, watchers)
         self.containment = ContainmentChecker(
-            log, containment_check, containment_required, memo=self.memos.not_enforced
-        )
+            log, config.containment_check, config.containment_required,
+            memo=self.memos.not_enforced,
+        )  # fmt: skip
         self.responder = responder = Responder(Outbox(handle, log, watchers))
         # systemd: several brokers on one manager take their signals through the bus,
         # which filters them by unit
@@ -124,7 +111,7 @@ class SdexecService:
         )
         bridge.open()
         self.bus = bus = BusWatcher(bridge, watchers, log, lambda: self.catch_up.catch_up())
-        self.calls = calls = Calls(bridge, bus, watchers, log, systemd_timeout)
+        self.calls = calls = Calls(bridge, bus, watchers, log, config.systemd_timeout)
         self.catch_up = CatchUp(bridge, registry, calls, self.feed, self._lost, log, calls.deadline)
         self.sweeper = sweeper = Sweeper(bridge, bus, watchers, log, calls.deadline)
         host = socket.gethostname()
@@ -151,7 +138,9 @@ class SdexecService:
             handle, log, rank, self.serve, responder.respond_error, sender_of,
             lambda: self.settings.debug,
         )  # fmt: skip
-        self.orphans = OrphanWatch(handle, log, watchers, registry, self.feed, orphan_interval)
+        self.orphans = OrphanWatch(
+            handle, log, watchers, registry, self.feed, config.orphan_interval
+        )
         self.listings = introspect.UnitListings(
             rank, registry, namer, self.orphans.job_seen, bridge, bus, calls, responder
         )
@@ -244,15 +233,12 @@ class SdexecService:
 
     def reconfigure(self, conf):
         """``config-reload``: every key checked (RequestError) before any is applied."""
-        debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
-        check, required = config.containment_check(conf), config.containment_required(conf)
-        budget, interval = config.systemd_timeout(conf), config.orphan_check_interval(conf)
-        grace, usage = config.restart_grace(conf), config.usage(conf)
-        self.settings.debug, self.settings.unload_policy = debug, policy
-        self.settings.restart_grace, self.settings.usage = grace, usage
-        self.containment.configure(check, required)  # the host's set read again
-        self.calls.budget = budget
-        self.orphans.interval = interval
+        config = Config.parse(conf)
+        self.settings.take(config)
+        # the host's set read again
+        self.containment.configure(config.containment_check, config.containment_required)
+        self.calls.budget = config.systemd_timeout
+        self.orphans.interval = config.orphan_interval
 
     def stats(self):
         """``sdexec.stats-get``: flux-core's per-unit ``procs`` plus our module's own facts."""
