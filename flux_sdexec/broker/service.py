@@ -35,6 +35,7 @@ from flux_sdexec.systemd.keepers import Keepers
 from flux_sdexec.systemd.bridge import SystemdBridge
 from flux_sdexec.systemd.bus import BusWatcher
 from flux_sdexec.systemd.calls import Calls
+from flux_sdexec.systemd.port import SystemdPort
 from flux_sdexec.systemd.sweeper import Sweeper
 from flux_sdexec.usage.job_usage import JobUsage
 from flux_sdexec.broker.accounting import Accounting
@@ -129,9 +130,10 @@ class SdexecService:
             bridge, bus, watchers, sweeper, log, calls.deadline, releases.keeper_over
         )
         releases.holds, releases.keepers = self.holds, self.keepers
+        systemd = SystemdPort(bridge, bus, calls, sweeper, self.keepers)
         self.runner = ActionRunner(
-            handle, log, rank, self.settings, responder, bridge, bus, calls, sweeper, watchers,
-            self.containment, self.accounting, self.feed, lambda p: self.orphans.consider(p),
+            handle, log, rank, self.settings, responder, systemd, watchers, self.containment,
+            self.accounting, self.feed, lambda p: self.orphans.consider(p),
         )  # fmt: skip
         # flux: the mapper's lookups, the job queries of suspect shells, the requests
         self.lookups = MapperLookups(
@@ -146,17 +148,16 @@ class SdexecService:
         )
         self.requests = Requests(
             log=log, rank=rank, settings=self.settings, local_uri=local_uri, namer=namer,
-            registry=registry, feed=self.feed, responder=responder, bridge=bridge, bus=bus,
-            calls=calls, sweeper=sweeper, watchers=watchers, keepers=self.keepers,
-            releases=releases, after_release=self.after_release, lookups=self.lookups,
-            listings=self.listings, orphans=self.orphans, accounting=self.accounting,
-            stats=self.stats,
+            registry=registry, feed=self.feed, responder=responder, systemd=systemd,
+            watchers=watchers, releases=releases, after_release=self.after_release,
+            lookups=self.lookups, listings=self.listings, orphans=self.orphans,
+            accounting=self.accounting, stats=self.stats,
         )  # fmt: skip
         # the units an earlier sdexec left, then the guard that held them goes
         self.adopted = adopt.adopt_leftovers(
-            log=log, namer=namer, registry=registry, feed=self.feed, bridge=bridge, bus=bus,
-            catch_up=self.catch_up, holds=self.holds, keepers=self.keepers, sweeper=sweeper,
-            accounting=self.accounting, orphans=self.orphans, guard_unit=self.guard,
+            log=log, namer=namer, registry=registry, feed=self.feed, systemd=systemd,
+            catch_up=self.catch_up, holds=self.holds, accounting=self.accounting,
+            orphans=self.orphans, guard_unit=self.guard,
         )  # fmt: skip
         guard.stop(bridge, log, self.guard)  # after: it holds units that ended
         bus.pump()
