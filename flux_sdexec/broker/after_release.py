@@ -46,7 +46,7 @@ class StartsAfterRelease(ParkedRequests):
         """A request waits for ``unit``, or one labelled ``label`` waits."""
         if unit is not None and unit in self:
             return True
-        return label is not None and any(waits == label for waits, _ in self.data())
+        return label is not None and any(parked == label for parked, _ in self.data())
 
     def gone(self, unit):
         """systemd has forgotten ``unit``: the request waiting for it starts now."""

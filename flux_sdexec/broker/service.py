@@ -270,9 +270,13 @@ class SdexecService:
             broker_state: the local broker's state-machine state, None when unknown.
         """
         plan = handoff.plan_unload(
-            self.registry, self.settings.unload_policy, broker_state, self.holds.held,
-            self.jobs_outlive_shutdown, self.settings.restart_grace,
-        )  # fmt: skip
+            self.registry,
+            self.settings.unload_policy,
+            broker_state,
+            held=self.holds.held,
+            jobs_outlive_shutdown=self.jobs_outlive_shutdown,
+            restart_grace=self.settings.restart_grace,
+        )
         if plan.stops_all and len(self.registry):
             policy = self.settings.unload_policy
             self.log.info(f"unload ({policy}, broker state {broker_state}): stopping every unit")
