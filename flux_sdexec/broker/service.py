@@ -280,39 +280,53 @@ class SdexecService:
         if plan.stops_all and len(self.registry):
             policy = self.settings.unload_policy
             self.log.info(f"unload ({policy}, broker state {broker_state}): stopping every unit")
-        # 1. no new work: what waits for a reply of flux's or of a part is answered
+        self._refuse_new_work()
+        slices = self._hand_over(plan)
+        self._stop_and_guard(plan, slices, broker_state)
+        self._close_systemd()
+        self._close_flux()
+
+    def _refuse_new_work(self):
+        """Unload, first: what waits for a reply of flux's or of a part is answered."""
         for part in (self.lookups, self.after_release, self.listings):
             part.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         self.orphans.close()
         self.memos.close()
-        # 2. the slices of the units kept stay with them
+
+    def _hand_over(self, plan):
+        """Unload, second: the slices of the units kept stay with them (returned). Then the
+        state machine answers its requests and sends the stops. The references and keepers
+        of the units kept stay until the guard holds them."""
         slices = self.accounting.hand_over(p for p in self.registry if p.unit.name in plan.keep)
-        # 3. the state machine answers its requests and sends the stops; the references
-        # and keepers of the units kept stay until the guard holds them
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         self.holds.hand_over()
         self.keepers.hand_over(plan.keep)
         for p in self.registry:
             keep = p.unit.name in plan.keep
             self.feed(p, Unloading(keep=keep, answer_wait=plan.answer_waits))
-        # 4. blocking from here on (the reactor is done): stop what goes, guard what stays
+        return slices
+
+    def _stop_and_guard(self, plan, slices, broker_state):
+        """Unload, third, blocking from here on (the reactor is done): stop what goes,
+        guard what stays, then see what goes gone."""
         try:
             left = self._stop_what_goes(plan)
             self._guard_what_stays(plan, slices, broker_state)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
-            left = None
+            return
         finally:
             self.holds.close()  # only now: the guard, loaded, refers to the units kept
-        if left is not None:
-            units, signals = [*plan.stop, *left], plan.stop_signals()
-            try:
-                teardown.see_units_gone(self.bridge, self.log, units, stop_signals=signals)
-            except UnitError as exc:
-                self.log.error(f"unload: {exc}")
-        # 5. the stops of slices and keepers answered; one refused or not answered by now
-        # reached the sweeper, closed (or all it had, when step 4 failed before closing
-        # it): one more stop, then the connection goes
+        units, signals = [*plan.stop, *left], plan.stop_signals()
+        try:
+            teardown.see_units_gone(self.bridge, self.log, units, stop_signals=signals)
+        except UnitError as exc:
+            self.log.error(f"unload: {exc}")
+
+    def _close_systemd(self):
+        """Unload, fourth: the stops of slices and keepers answered. One refused or not
+        answered by now reached the sweeper, closed (or all it had, when the stop failed
+        before closing it): one more stop, then the connection goes."""
         teardown.await_replies(self.bridge, self.log)
         self.bridge.fail_pending(UnitError(errno.ETIMEDOUT, "systemd did not answer by unload"))
         late = self.sweeper.take()
@@ -320,9 +334,11 @@ class SdexecService:
             teardown.stop_again(self.bridge, self.log, late)
         self.keepers.close()
         self.bridge.close()
-        # 6. flux: waits held for a usage lookup the reactor will not answer, what the
-        # gatherings of jobs' usage hold (their waits will not end), then the responses
-        # still queued
+
+    def _close_flux(self):
+        """Unload, last: waits held for a usage lookup the reactor will not answer, what the
+        gatherings of jobs' usage hold (their waits will not end), then the responses still
+        queued."""
         self.accounting.flush()
         self.job_usage.close()
         self.responder.outbox.close()
