@@ -40,6 +40,39 @@ FLUX_CORE_KEYS = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Every key sdexec reads from the instance's config, checked: parsed once at load and
+    once at each ``config-reload``."""
+
+    debug: bool = False  # [systemd] sdexec-debug
+    unload_policy: str = handoff.KEEP_WAITABLE  # [systemd] sdexec-unload
+    containment_check: str = "enforce"  # [sdexec] containment-check
+    containment_required: tuple = ()  # [sdexec] containment-required
+    systemd_timeout: float = settle.DEFAULT_BUDGET  # [sdexec] systemd-timeout
+    orphan_interval: float = orphans.DEFAULT_INTERVAL  # [sdexec] orphan-check-interval
+    restart_grace: float = handoff.DEFAULT_RESTART_GRACE  # [sdexec] restart-grace
+    usage: str = "jobs"  # [sdexec] usage: which units get an accounting slice (USAGE_SCOPES)
+
+    @classmethod
+    def parse(cls, conf):
+        """The Config of a whole config object; every key is checked before it is returned.
+
+        Raises:
+            RequestError: EINVAL, naming the first key that is wrong.
+        """
+        return cls(
+            debug=sdexec_debug(conf),
+            unload_policy=sdexec_unload(conf),
+            containment_check=containment_check(conf),
+            containment_required=containment_required(conf),
+            systemd_timeout=systemd_timeout(conf),
+            orphan_interval=orphan_check_interval(conf),
+            restart_grace=restart_grace(conf),
+            usage=usage(conf),
+        )
+
+
 @dataclasses.dataclass
 class Settings:
     """What ``config-reload`` changes in place, read by the parts that use it."""
@@ -48,6 +81,11 @@ class Settings:
     unload_policy: str = handoff.KEEP_WAITABLE  # [systemd] sdexec-unload
     restart_grace: float = handoff.DEFAULT_RESTART_GRACE  # [sdexec] restart-grace
     usage: str = "jobs"  # [sdexec] usage: which units get an accounting slice (USAGE_SCOPES)
+
+    def take(self, config):
+        """Take the values of ``config`` (a Config), at load and at each config-reload."""
+        self.debug, self.unload_policy = config.debug, config.unload_policy
+        self.restart_grace, self.usage = config.restart_grace, config.usage
 
 
 def _systemd_table(conf):

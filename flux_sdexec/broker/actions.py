@@ -44,7 +44,7 @@ class ActionRunner:
     rank: this broker's rank.
     settings: the service's ``Settings`` (``debug``).
     responder: a ``messages.Responder``.
-    bridge, bus, calls, sweeper: the systemd adapters the orders go through.
+    systemd: the ``SystemdPort`` the orders go through.
     watchers: a ``watchers.Watchers`` (the stop and grace timers).
     containment: the ``ContainmentChecker``.
     accounting: the ``Accounting`` (the usage actions; a wait's answer waits for the usage
@@ -54,12 +54,13 @@ class ActionRunner:
     """
 
     def __init__(
-        self, h, log, rank, settings, responder, bridge, bus, calls, sweeper, watchers,
-        containment, accounting, feed, watch_job,
+        self, h, log, rank, settings, responder, systemd, watchers, containment, accounting,
+        feed, watch_job,
     ):  # fmt: skip
         self._h, self._log, self._rank, self._settings = h, log, rank, settings
-        self._responder, self._bridge, self._bus, self._calls = responder, bridge, bus, calls
-        self._sweeper, self._watchers = sweeper, watchers
+        self._responder, self._watchers = responder, watchers
+        self._bridge, self._bus = systemd.bridge, systemd.bus
+        self._calls, self._sweeper = systemd.calls, systemd.sweeper
         self._containment, self._accounting, self._feed = containment, accounting, feed
         self._watch_job = watch_job
         self._drains = set()  # resource.drain futures not answered yet

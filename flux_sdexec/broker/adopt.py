@@ -30,15 +30,15 @@ SLICE_PATTERNS = [f"{cgroup_usage.SLICE_PREFIX}*.slice", "*:*.slice"]
 
 
 def adopt_leftovers(
-    *, log, namer, registry, feed, bridge, bus, catch_up, holds, keepers, sweeper, accounting,
-    orphans, guard_unit,
-):  # fmt: skip
+    *, log, namer, registry, feed, systemd, catch_up, holds, accounting, orphans, guard_unit
+):
     """Track this rank's leftover units (``namer``'s) in ``registry``; returns how many.
 
-    The parts the service wires: ``feed(p, input)`` into the state machine, the systemd
-    adapters (``bridge``, ``bus``, ``catch_up``, ``holds``, ``keepers``, ``sweeper``),
+    The parts the service wires: ``feed(p, input)`` into the state machine, the
+    ``SystemdPort`` (its bridge, bus, keepers and sweeper), ``catch_up`` and ``holds``,
     ``accounting`` (the slice an adopted unit runs in), ``orphans`` (is its job over?), and
     ``guard_unit``, the guard a handing-over unload left (handoff.py)."""
+    bridge, bus, keepers = systemd.bridge, systemd.bus, systemd.keepers
     adopted = 0
     handed = guard.handed_timers(bridge, log, guard_unit)  # the stop timers (handoff.py)
     for unit, _, _ in bridge.list_units([namer.glob]):
@@ -86,7 +86,7 @@ def adopt_leftovers(
                 keepers.forget(unit)
                 holds.release(unit)
     for name in leftover_slices(bridge, namer, accounting.slices(registry) | keepers.known()):
-        sweeper.sweep(name, "left by an earlier sdexec, no unit of it adopted")
+        systemd.sweeper.sweep(name, "left by an earlier sdexec, no unit of it adopted")
     return adopted
 
 

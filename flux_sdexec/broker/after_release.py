@@ -18,14 +18,14 @@ systemd refused the new unit (EEXIST), or that StopUnit stopped the new unit's k
 the same name. No flux import: the service wires it.
 """
 
-import errno
+from flux_sdexec.broker.parked import ParkedRequests
 
-DISCONNECT_TEXT = "client disconnected before the unit was started"
 HOLD, KEEPER = "hold", "keeper"  # the parts of a release (Releases)
 
 
-class StartsAfterRelease:
-    """The exec requests of one sdexec waiting for a unit name.
+class StartsAfterRelease(ParkedRequests):
+    """The exec requests of one sdexec waiting for a unit name, parked by unit
+    (``cancel`` and ``cancel_all`` answer them: parked.py).
 
     Args:
         serve: ``serve(msg, verb, func)`` runs ``func(msg)`` and turns an exception into
@@ -35,43 +35,25 @@ class StartsAfterRelease:
     """
 
     def __init__(self, serve, respond_error, sender_of):
+        super().__init__(respond_error, sender_of)
         self._serve = serve
-        self._respond_error = respond_error
-        self._sender_of = sender_of
-        self._waiting = {}  # unit -> (msg, sender, label, proceed)
-
-    def __len__(self):
-        return len(self._waiting)
 
     def wait(self, unit, msg, label, proceed):
         """Start ``proceed(msg)`` once ``unit`` is gone (``gone(unit)``)."""
-        self._waiting[unit] = (msg, self._sender_of(msg), label, proceed)
+        self.park(unit, msg, (label, proceed))
 
     def has(self, unit=None, label=None):
         """A request waits for ``unit``, or one labelled ``label`` waits."""
-        if unit is not None and unit in self._waiting:
+        if unit is not None and unit in self:
             return True
-        return label is not None and any(e[2] == label for e in self._waiting.values())
+        return label is not None and any(parked == label for parked, _ in self.data())
 
     def gone(self, unit):
         """systemd has forgotten ``unit``: the request waiting for it starts now."""
-        entry = self._waiting.pop(unit, None)
+        entry = self.take(unit)
         if entry is not None:
-            msg, _, _, proceed = entry
+            msg, (_, proceed) = entry
             self._serve(msg, "exec", proceed)
-
-    def cancel(self, sender):
-        """A client disconnected: answer its waiting requests, start nothing."""
-        for unit, (msg, who, _, _) in list(self._waiting.items()):
-            if who == sender:
-                del self._waiting[unit]
-                self._respond_error(msg, errno.ECONNRESET, DISCONNECT_TEXT)
-
-    def cancel_all(self, errnum, text):
-        """The module is unloading: answer every waiting request."""
-        waiting, self._waiting = self._waiting, {}
-        for msg, _, _, _ in waiting.values():
-            self._respond_error(msg, errnum, text)
 
 
 class Releases:

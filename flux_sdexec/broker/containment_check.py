@@ -79,11 +79,6 @@ def check_allowed_cpus(pid, expected):
     return None
 
 
-def _read(path):
-    with open(path) as f:
-        return f.read()
-
-
 def _host(proc, wanted):
     """What relative limits are relative to: systemd's values, container limits included.
 
@@ -118,7 +113,7 @@ def _device_numbers(device_allow):
 
 def cgroup_mounts(proc="/proc"):
     """``{hierarchy: (mount point, root)}`` of this process's mount namespace."""
-    return cgroups.parse_mounts(_read(f"{proc}/self/mountinfo"))
+    return cgroups.parse_mounts(host.read_text(f"{proc}/self/mountinfo"))
 
 
 def detect_layout(proc="/proc"):
@@ -152,7 +147,7 @@ def unit_cgroups(
     ``programs(path)``: the BPF device programs attached to a cgroup directory (OSError when
     the kernel does not say); ``privileged``: the manager runs as root."""
     mounts = cgroup_mounts(proc)
-    paths = cgroups.parse_proc_cgroup(_read(f"{proc}/{pid}/cgroup"))
+    paths = cgroups.parse_proc_cgroup(host.read_text(f"{proc}/{pid}/cgroup"))
 
     def where(hierarchy, directory):
         mount, root = mounts[hierarchy]
@@ -160,7 +155,7 @@ def unit_cgroups(
 
     def read(hierarchy, directory, name):
         try:
-            return _read(os.path.join(where(hierarchy, directory), name))
+            return host.read_text(os.path.join(where(hierarchy, directory), name))
         except OSError:
             return None
 

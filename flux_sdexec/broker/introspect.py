@@ -10,6 +10,7 @@ answered from its reply, so a stalled systemd delays that answer only, never the
 import errno
 import itertools
 
+from flux_sdexec.broker.parked import ParkedRequests
 from flux_sdexec.core import orphans
 from flux_sdexec.core.states import ProcState
 
@@ -81,7 +82,7 @@ class UnitListings:
     def __init__(self, rank, registry, namer, job_seen, bridge, bus, calls, responder):
         self._rank, self._registry, self._namer, self._job_seen = rank, registry, namer, job_seen
         self._bridge, self._bus, self._calls, self._responder = bridge, bus, calls, responder
-        self._out = {}  # listing number -> request, until answered
+        self._out = ParkedRequests(responder.respond_error)  # by listing number
         self._numbers = itertools.count()
 
     def units(self, listed=None):
@@ -108,7 +109,7 @@ class UnitListings:
         number, deadline = next(self._numbers), self._calls.deadline()
 
         def on_reply(exc, listed=None):
-            if self._out.pop(number, None) is None:
+            if self._out.take(number) is None:
                 return  # answered at unload
             if exc is None:
                 self._responder.respond(msg, self.units(listed))
@@ -118,12 +119,10 @@ class UnitListings:
             self._responder.respond_error(msg, exc.errno, f"{LISTING}: {why}")
 
         self._bridge.list_units([self._namer.glob], on_reply=on_reply, timeout=deadline)
-        self._out[number] = msg
+        self._out.park(number, msg)
         self._bus.sent()  # arms the deadline timer of the calls in flight
 
     def cancel_all(self, errnum, text):
         """Answer every listing still out with ``errnum`` (unload: the connection closes
         with its calls unanswered)."""
-        out, self._out = self._out, {}
-        for msg in out.values():
-            self._responder.respond_error(msg, errnum, text)
+        self._out.cancel_all(errnum, text)

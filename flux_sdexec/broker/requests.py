@@ -46,7 +46,7 @@ class Requests:
         settings: the service's ``Settings`` (``debug``).
         registry: the ``Registry`` of SdProcs; feed: ``feed(p, input)`` into the machine.
         responder: a ``messages.Responder``; watchers: a ``watchers.Watchers``.
-        bridge, bus, calls, sweeper, keepers: the systemd adapters a start and a kill use.
+        systemd: the ``SystemdPort`` a start and a kill go through.
         releases, after_release: a start of a name still being let go waits (after_release).
         lookups: the mapper lookups; listings: ``introspect.UnitListings``.
         orphans: the ``OrphanWatch``; accounting: the ``Accounting`` (a start's slice,
@@ -55,14 +55,15 @@ class Requests:
     """
 
     def __init__(
-        self, *, log, rank, settings, local_uri, namer, registry, feed, responder, bridge, bus,
-        calls, sweeper, watchers, keepers, releases, after_release, lookups, listings, orphans,
-        accounting, job_usage, stats,
+        self, *, log, rank, settings, local_uri, namer, registry, feed, responder, systemd,
+        watchers, releases, after_release, lookups, listings, orphans, accounting, job_usage,
+        stats,
     ):  # fmt: skip
         self._log, self._rank, self._settings = log, rank, settings
         self._local_uri, self._namer, self._registry, self._feed = local_uri, namer, registry, feed
-        self._responder, self._bridge, self._bus, self._calls = responder, bridge, bus, calls
-        self._sweeper, self._watchers, self._keepers = sweeper, watchers, keepers
+        self._responder, self._watchers = responder, watchers
+        self._bridge, self._bus, self._calls = systemd.bridge, systemd.bus, systemd.calls
+        self._sweeper, self._keepers = systemd.sweeper, systemd.keepers
         self._releases, self._after_release, self._lookups = releases, after_release, lookups
         self._listings, self._orphans, self._accounting = listings, orphans, accounting
         self._job_usage, self._stats = job_usage, stats

@@ -16,9 +16,8 @@ import os
 import socket
 
 from flux_sdexec import __version__
-from flux_sdexec import config
-from flux_sdexec.config import Settings
-from flux_sdexec.core import handoff, orphans, settle, unitstate
+from flux_sdexec.config import Config, Settings
+from flux_sdexec.core import handoff, unitstate
 from flux_sdexec.broker import adopt, introspect
 from flux_sdexec.broker.containment_check import ContainmentChecker, pid_in_unit
 from flux_sdexec.broker.requests import Requests
@@ -36,6 +35,7 @@ from flux_sdexec.systemd.keepers import Keepers
 from flux_sdexec.systemd.bridge import SystemdBridge
 from flux_sdexec.systemd.bus import BusWatcher
 from flux_sdexec.systemd.calls import Calls
+from flux_sdexec.systemd.port import SystemdPort
 from flux_sdexec.systemd.sweeper import Sweeper
 from flux_sdexec.usage.job_usage import JobUsage
 from flux_sdexec.usage.accounting import Accounting
@@ -79,17 +79,10 @@ class SdexecService:
         rank: this broker's rank.
         local_uri: the broker's ``local-uri`` (FLUX_URI of every unit).
         namer: a ``naming.UnitNamer``.
-        debug: ``[systemd] sdexec-debug``.
-        unload_policy: ``[systemd] sdexec-unload``.
-        containment_check: ``[sdexec] containment-check``.
-        containment_required: ``[sdexec] containment-required``.
+        config: the instance's ``config.Config`` (``reconfigure`` takes a new one).
         broker_pid: the broker's pid, watched by the guard of handed-over units.
         module_file: the module file loaded (stats-get says which).
-        systemd_timeout: ``[sdexec] systemd-timeout``, the budget of a systemd call.
-        orphan_interval: ``[sdexec] orphan-check-interval`` (broker/orphan_watch.py).
         jobs_outlive_shutdown: the broker runs with ``FLUX_DISABLE_JOB_CLEANUP`` (handoff.py).
-        restart_grace: ``[sdexec] restart-grace`` (handoff.py).
-        usage: ``[sdexec] usage``, which units get an accounting slice (usage/accounting.py).
         bridge_class: what reaches systemd (``SystemdBridge``; tests give a fake).
     """
 
@@ -100,22 +93,16 @@ class SdexecService:
         rank,
         local_uri,
         namer,
-        debug=False,
-        unload_policy=handoff.KEEP_WAITABLE,
-        containment_check="enforce",
-        containment_required=(),
+        config=Config(),
         broker_pid=None,
         module_file=None,
-        systemd_timeout=settle.DEFAULT_BUDGET,
-        orphan_interval=orphans.DEFAULT_INTERVAL,
         jobs_outlive_shutdown=False,
-        restart_grace=handoff.DEFAULT_RESTART_GRACE,
-        usage="jobs",
         bridge_class=SystemdBridge,
     ):
         self.log = log
         self.rank = rank
-        self.settings = Settings(debug, unload_policy, restart_grace, usage)
+        self.settings = Settings()
+        self.settings.take(config)
         self.jobs_outlive_shutdown = jobs_outlive_shutdown
         self.broker_pid = broker_pid
         self.module_file = module_file
@@ -124,8 +111,9 @@ class SdexecService:
         self.watchers = watchers = Watchers(handle, log)
         self.memos = JobMemos(handle, log, watchers)
         self.containment = ContainmentChecker(
-            log, containment_check, containment_required, memo=self.memos.not_enforced
-        )
+            log, config.containment_check, config.containment_required,
+            memo=self.memos.not_enforced,
+        )  # fmt: skip
         self.responder = responder = Responder(Outbox(handle, log, watchers))
         # systemd: several brokers on one manager take their signals through the bus,
         # which filters them by unit
@@ -134,7 +122,7 @@ class SdexecService:
         )
         bridge.open()
         self.bus = bus = BusWatcher(bridge, watchers, log, lambda: self.catch_up.catch_up())
-        self.calls = calls = Calls(bridge, bus, watchers, log, systemd_timeout)
+        self.calls = calls = Calls(bridge, bus, watchers, log, config.systemd_timeout)
         self.catch_up = CatchUp(bridge, registry, calls, self.feed, self._lost, log, calls.deadline)
         self.sweeper = sweeper = Sweeper(bridge, bus, watchers, log, calls.deadline)
         host = socket.gethostname()
@@ -152,32 +140,34 @@ class SdexecService:
             bridge, bus, watchers, sweeper, log, calls.deadline, releases.keeper_over
         )
         releases.holds, releases.keepers = self.holds, self.keepers
+        systemd = SystemdPort(bridge, bus, calls, sweeper, self.keepers)
         self.runner = ActionRunner(
-            handle, log, rank, self.settings, responder, bridge, bus, calls, sweeper, watchers,
-            self.containment, self.accounting, self.feed, lambda p: self.orphans.consider(p),
+            handle, log, rank, self.settings, responder, systemd, watchers, self.containment,
+            self.accounting, self.feed, lambda p: self.orphans.consider(p),
         )  # fmt: skip
         # flux: the mapper's lookups, the job queries of suspect shells, the requests
         self.lookups = MapperLookups(
             handle, log, rank, self.serve, responder.respond_error, sender_of,
             lambda: self.settings.debug,
         )  # fmt: skip
-        self.orphans = OrphanWatch(handle, log, watchers, registry, self.feed, orphan_interval)
+        self.orphans = OrphanWatch(
+            handle, log, watchers, registry, self.feed, config.orphan_interval
+        )
         self.listings = introspect.UnitListings(
             rank, registry, namer, self.orphans.job_seen, bridge, bus, calls, responder
         )
         self.requests = Requests(
             log=log, rank=rank, settings=self.settings, local_uri=local_uri, namer=namer,
-            registry=registry, feed=self.feed, responder=responder, bridge=bridge, bus=bus,
-            calls=calls, sweeper=sweeper, watchers=watchers, keepers=self.keepers,
-            releases=releases, after_release=self.after_release, lookups=self.lookups,
-            listings=self.listings, orphans=self.orphans, accounting=self.accounting,
-            job_usage=self.job_usage, stats=self.stats,
+            registry=registry, feed=self.feed, responder=responder, systemd=systemd,
+            watchers=watchers, releases=releases, after_release=self.after_release,
+            lookups=self.lookups, listings=self.listings, orphans=self.orphans,
+            accounting=self.accounting, job_usage=self.job_usage, stats=self.stats,
         )  # fmt: skip
         # the units an earlier sdexec left, then the guard that held them goes
         self.adopted = adopt.adopt_leftovers(
-            log=log, namer=namer, registry=registry, feed=self.feed, bridge=bridge, bus=bus,
-            catch_up=self.catch_up, holds=self.holds, keepers=self.keepers, sweeper=sweeper,
-            accounting=self.accounting, orphans=self.orphans, guard_unit=self.guard,
+            log=log, namer=namer, registry=registry, feed=self.feed, systemd=systemd,
+            catch_up=self.catch_up, holds=self.holds, accounting=self.accounting,
+            orphans=self.orphans, guard_unit=self.guard,
         )  # fmt: skip
         guard.stop(bridge, log, self.guard)  # after: it holds units that ended
         bus.pump()
@@ -246,15 +236,12 @@ class SdexecService:
 
     def reconfigure(self, conf):
         """``config-reload``: every key checked (RequestError) before any is applied."""
-        debug, policy = config.sdexec_debug(conf), config.sdexec_unload(conf)
-        check, required = config.containment_check(conf), config.containment_required(conf)
-        budget, interval = config.systemd_timeout(conf), config.orphan_check_interval(conf)
-        grace, usage = config.restart_grace(conf), config.usage(conf)
-        self.settings.debug, self.settings.unload_policy = debug, policy
-        self.settings.restart_grace, self.settings.usage = grace, usage
-        self.containment.configure(check, required)  # the host's set read again
-        self.calls.budget = budget
-        self.orphans.interval = interval
+        config = Config.parse(conf)
+        self.settings.take(config)
+        # the host's set read again
+        self.containment.configure(config.containment_check, config.containment_required)
+        self.calls.budget = config.systemd_timeout
+        self.orphans.interval = config.orphan_interval
 
     def stats(self):
         """``sdexec.stats-get``: flux-core's per-unit ``procs`` plus our module's own facts."""
@@ -277,92 +264,109 @@ class SdexecService:
 
     def unload(self, broker_state):
         """Answer what is owed with ENOSYS and stop every unit still running, except
-        those handed over to the next sdexec (``handoff.units_to_keep``). The one place
-        that orders the end; each step says why it comes where it does.
+        those handed over to the next sdexec. What goes and what stays is decided once
+        (``handoff.plan_unload``), then carried out in order; each step says why it comes
+        where it does.
 
         Args:
             broker_state: the local broker's state-machine state, None when unknown.
         """
-        policy, outlive = self.settings.unload_policy, self.jobs_outlive_shutdown
-        keep = handoff.units_to_keep(self.registry, policy, broker_state, self.holds.held, outlive)
-        if not handoff.instance_stays(policy, broker_state, outlive) and len(self.registry):
+        plan = handoff.plan_unload(
+            self.registry,
+            self.settings.unload_policy,
+            broker_state,
+            held=self.holds.held,
+            jobs_outlive_shutdown=self.jobs_outlive_shutdown,
+            restart_grace=self.settings.restart_grace,
+        )
+        if plan.stops_all and len(self.registry):
+            policy = self.settings.unload_policy
             self.log.info(f"unload ({policy}, broker state {broker_state}): stopping every unit")
-        # 1. no new work: what waits for a reply of flux's or of a part is answered
+        self._refuse_new_work()
+        slices = self._hand_over(plan)
+        self._stop_and_guard(plan, slices, broker_state)
+        self._close_systemd()
+        self._close_flux()
+
+    def _refuse_new_work(self):
+        """Unload, first: what waits for a reply of flux's or of a part is answered."""
         for part in (self.lookups, self.after_release, self.listings):
             part.cancel_all(errno.ENOSYS, UNLOADING_TEXT)
         self.orphans.close()
         self.memos.close()
-        # 2. what goes and what stays, read before the state machine forgets it
-        stopped = [
-            p.unit.name for p in self.registry if not p.unit.gone and p.unit.name not in keep
-        ]
-        timers = {
-            p.unit.name: (p.cmd.stop_timer_sec, p.cmd.stop_signal)
-            for p in self.registry
-            if p.cmd.stop_timer_sec is not None
-        }
-        slices = self.accounting.hand_over(p for p in self.registry if p.unit.name in keep)
-        # 3. the state machine answers its requests and sends the stops; the references
-        # and keepers of the units kept stay until the guard holds them
+
+    def _hand_over(self, plan):
+        """Unload, second: the slices of the units kept stay with them (returned). Then the
+        state machine answers its requests and sends the stops. The references and keepers
+        of the units kept stay until the guard holds them."""
+        slices = self.accounting.hand_over(p for p in self.registry if p.unit.name in plan.keep)
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         self.holds.hand_over()
-        self.keepers.hand_over(keep)
-        answer_waits = handoff.answers_waits(broker_state, outlive)
+        self.keepers.hand_over(plan.keep)
         for p in self.registry:
-            self.feed(p, Unloading(keep=p.unit.name in keep, answer_wait=answer_waits))
-        # 4. blocking from here on (the reactor is done): stop what goes, guard what stays
+            keep = p.unit.name in plan.keep
+            self.feed(p, Unloading(keep=keep, answer_wait=plan.answer_waits))
+        return slices
+
+    def _stop_and_guard(self, plan, slices, broker_state):
+        """Unload, third, blocking from here on (the reactor is done): stop what goes,
+        guard what stays, then see what goes gone."""
         try:
-            left = self._stop_what_goes(stopped)
-            self._guard_what_stays(keep, slices, timers, broker_state)
+            left = self._stop_what_goes(plan)
+            self._guard_what_stays(plan, slices, broker_state)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
-            left = None
+            return
         finally:
             self.holds.close()  # only now: the guard, loaded, refers to the units kept
-        if left is not None:
-            signals = {unit: signum for unit, (_, signum) in timers.items()}
-            try:
-                teardown.see_units_gone(self.bridge, self.log, stopped + left, stop_signals=signals)
-            except UnitError as exc:
-                self.log.error(f"unload: {exc}")
-        # 5. the stops of slices and keepers answered; one refused or not answered by now
-        # reached the sweeper, closed: one more stop, then the connection goes
+        units, signals = [*plan.stop, *left], plan.stop_signals()
+        try:
+            teardown.see_units_gone(self.bridge, self.log, units, stop_signals=signals)
+        except UnitError as exc:
+            self.log.error(f"unload: {exc}")
+
+    def _close_systemd(self):
+        """Unload, fourth: the stops of slices and keepers answered. One refused or not
+        answered by now reached the sweeper, closed (or all it had, when the stop failed
+        before closing it): one more stop, then the connection goes."""
         teardown.await_replies(self.bridge, self.log)
         self.bridge.fail_pending(UnitError(errno.ETIMEDOUT, "systemd did not answer by unload"))
-        late = self.sweeper.close()
+        late = self.sweeper.take()
         if late:
             teardown.stop_again(self.bridge, self.log, late)
         self.keepers.close()
         self.bridge.close()
-        # 6. flux: waits held for a usage lookup the reactor will not answer, what the
-        # gatherings of jobs' usage hold (their waits will not end), then the responses
-        # still queued
+
+    def _close_flux(self):
+        """Unload, last: waits held for a usage lookup the reactor will not answer, what the
+        gatherings of jobs' usage hold (their waits will not end), then the responses still
+        queued."""
         self.accounting.flush()
         self.job_usage.close()
         self.responder.outbox.close()
         self.accounting.close()
 
-    def _stop_what_goes(self, stopped):
-        """Stop the units ``stopped`` again if the connection was lost meanwhile, and the
-        units the sweeper still had; returns those of the sweeper's not among them."""
+    def _stop_what_goes(self, plan):
+        """Stop the units of ``plan.stop`` again if the connection was lost meanwhile, then
+        close the sweeper and stop the units it still had; returns those not among them."""
         if teardown.ensure_connected(self.bridge, self.log):
-            for unit in stopped:  # the stops just sent were lost with the connection
+            for unit in plan.stop:  # the stops just sent were lost with the connection
                 teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
         swept = self.sweeper.close()
         for unit in swept:
             teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
-        return [unit for unit in swept if unit not in stopped]
+        return [unit for unit in swept if unit not in plan.stop]
 
-    def _guard_what_stays(self, keep, slices, timers, broker_state):
+    def _guard_what_stays(self, plan, slices, broker_state):
         """Start the guard unit that holds the units kept (and their slices) for the next
         sdexec, with their stop timers (handoff.py)."""
-        if not keep or self.broker_pid is None:
+        if not plan.keep or self.broker_pid is None:
             return
-        kept = {unit: timers[unit] for unit in keep if unit in timers}
-        after = handoff.guard_after_exit(broker_state, self.settings.restart_grace)
+        after = plan.guard_after_exit
         if after:
             self.log.info(
                 f"unload (broker state {broker_state}, running jobs outlive it):"
-                f" {len(keep)} job shell(s) kept for {after:g} s after the broker exits"
+                f" {len(plan.keep)} job shell(s) kept for {after:g} s after the broker exits"
             )
-        guard.start(self.bridge, self.log, self.guard, self.broker_pid, keep | slices, kept, after)
+        units, timers = plan.keep | slices, plan.guarded_timers()
+        guard.start(self.bridge, self.log, self.guard, self.broker_pid, units, timers, after)

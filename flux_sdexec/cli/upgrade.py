@@ -39,6 +39,7 @@ import flux.constants
 import flux.job
 
 from flux_sdexec.cli import upgrade_plan as plan
+from flux_sdexec.core.handoff import JOB_EXEC_LOADED
 from flux_sdexec.cli.ask import Round, run_reactor
 
 # ---- the way to the broker ----
@@ -172,9 +173,6 @@ def outcome(answer, what, timeout):
 # ---- the steps ----
 
 REASON = "flux sdexec upgrade"
-# published once job-exec is loaded again: each sdexec starts the hold of the records it
-# adopted (waits.py), which job-exec is now there to collect
-JOB_EXEC_LOADED = "sdexec.job-exec-loaded"
 
 
 class Upgrade:
@@ -355,8 +353,8 @@ class Upgrade:
         return problems
 
     def announce(self):
-        """Tell every sdexec that job-exec is loaded (JOB_EXEC_LOADED); if that fails, each
-        starts its holds with job-exec's first wait there."""
+        """Tell every sdexec that job-exec is loaded (handoff.JOB_EXEC_LOADED); if that
+        fails, each starts its holds with job-exec's first wait there."""
         payload = {"topic": JOB_EXEC_LOADED, "flags": 0}
         try:
             self.broker.call("event.publish", payload, 0, f"publish {JOB_EXEC_LOADED}")

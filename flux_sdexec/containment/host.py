@@ -12,14 +12,15 @@ import os
 from flux_sdexec.containment import cgroups, hostlimits
 
 
-def _read(path):
+def read_text(path):
+    """The whole text of the file ``path`` (OSError when it cannot be read)."""
     with open(path) as f:
         return f.read()
 
 
 def mem_total(proc="/proc"):
     """MemTotal in bytes (OSError or ValueError when /proc cannot say)."""
-    for line in _read(f"{proc}/meminfo").splitlines():
+    for line in read_text(f"{proc}/meminfo").splitlines():
         if line.startswith("MemTotal:"):
             return int(line.split()[1]) * 1024
     raise ValueError("no MemTotal in meminfo")
@@ -35,8 +36,8 @@ class _RootCgroup:
 
     def __init__(self, proc):
         try:
-            self.mounts = cgroups.parse_mounts(_read(f"{proc}/self/mountinfo"))
-            paths = cgroups.parse_proc_cgroup(_read(f"{proc}/1/cgroup"))
+            self.mounts = cgroups.parse_mounts(read_text(f"{proc}/self/mountinfo"))
+            paths = cgroups.parse_proc_cgroup(read_text(f"{proc}/1/cgroup"))
         except OSError:
             self.mounts, paths = {}, {}
         self.unified = cgroups.layout(self.mounts) == cgroups.UNIFIED
@@ -49,7 +50,7 @@ class _RootCgroup:
             return None
         mount, root = self.mounts[hierarchy]
         try:
-            return _read(os.path.join(cgroups.fs_path(mount, root, self.path), name))
+            return read_text(os.path.join(cgroups.fs_path(mount, root, self.path), name))
         except OSError:
             return None
 
@@ -68,8 +69,8 @@ def physical_memory(proc="/proc"):
 def tasks_limit(proc="/proc"):
     """The task count systemd scales ``TasksMax=N%`` by, 0 when the kernel's is unknown."""
     try:
-        pid_max = int(_read(f"{proc}/sys/kernel/pid_max"))
-        threads_max = int(_read(f"{proc}/sys/kernel/threads-max"))
+        pid_max = int(read_text(f"{proc}/sys/kernel/pid_max"))
+        threads_max = int(read_text(f"{proc}/sys/kernel/threads-max"))
     except (OSError, ValueError):
         return 0
     root_max = _RootCgroup(proc).read("pids", "pids.max")

@@ -26,9 +26,13 @@ running after a grace, as the unload does (teardown.see_units_gone), and the nex
 adopts the unit with it. A unit adopted without one (after a crash) that runs the IMP gets
 job-exec's signal for IMP shells, SIGUSR1, and IMP_STOP_TIMER_SEC.
 
+The unload decides all of this once, before its first step (``plan_unload``: an
+UnloadPlan), then carries the plan out (broker/service.py).
+
 Pure: stdlib and the core only.
 """
 
+import dataclasses
 import signal
 
 from flux_sdexec.core.impfatal import runs_imp
@@ -44,19 +48,11 @@ POLICIES = (KEEP_WAITABLE, STOP_ALL)
 # the instance is ending.
 RUN_STATE = "run"
 DEFAULT_RESTART_GRACE = 300.0  # seconds the guard waits for the restarted instance's sdexec
+# The event ``flux sdexec upgrade`` publishes once job-exec is loaded again: each sdexec
+# starts the hold of the records it adopted (waits.py), which job-exec is now there to collect.
+JOB_EXEC_LOADED = "sdexec.job-exec-loaded"
 
 _HANDED_OVER = frozenset({ProcState.RUNNING, ProcState.FINISHED, ProcState.ZOMBIE})
-
-
-def instance_stays(policy, broker_state, jobs_outlive_shutdown=False):
-    """True when this unload may leave units behind.
-
-    Args:
-        policy: ``[systemd] sdexec-unload``, one of POLICIES.
-        broker_state: the local broker's state-machine state, or None when unknown.
-        jobs_outlive_shutdown: the broker runs with ``FLUX_DISABLE_JOB_CLEANUP``.
-    """
-    return policy == KEEP_WAITABLE and (broker_state == RUN_STATE or jobs_outlive_shutdown)
 
 
 def keepable(p, held=frozenset()):
@@ -71,11 +67,76 @@ def keepable(p, held=frozenset()):
     return p.keeps_record and p.error is None and (p.state in _HANDED_OVER or answered) and loaded
 
 
-def units_to_keep(procs, policy, broker_state, held=frozenset(), jobs_outlive_shutdown=False):
-    """The unit names of ``procs`` that this unload leaves running (a set)."""
-    if not instance_stays(policy, broker_state, jobs_outlive_shutdown):
-        return set()
-    return {p.unit.name for p in procs if keepable(p, held)}
+@dataclasses.dataclass(frozen=True)
+class UnloadPlan:
+    """What one unload does with the units it tracks, decided before its first step.
+
+    Attributes:
+        keep: the unit names left running for the next sdexec (a frozenset).
+        stop: the unit names still loaded and not kept: stopped, then seen gone (a tuple).
+        stop_timers: unit name to (stop timer seconds, signal), of every process with one.
+        answer_waits: the unload answers the parked waits of the units kept (ENOSYS).
+        guard_after_exit: seconds the guard of the units kept waits after the broker exits.
+        stops_all: the instance ends, or the policy says so: no unit is kept.
+    """
+
+    keep: frozenset
+    stop: tuple
+    stop_timers: dict
+    answer_waits: bool
+    guard_after_exit: float
+    stops_all: bool
+
+    def guarded_timers(self):
+        """The stop timers of the units kept: the guard's environment carries them."""
+        return {unit: self.stop_timers[unit] for unit in self.keep if unit in self.stop_timers}
+
+    def stop_signals(self):
+        """Unit name to the signal its main process gets when it lingers at unload."""
+        return {unit: signum for unit, (_, signum) in self.stop_timers.items()}
+
+
+def plan_unload(
+    procs,
+    policy,
+    broker_state,
+    held=frozenset(),
+    jobs_outlive_shutdown=False,
+    restart_grace=DEFAULT_RESTART_GRACE,
+):
+    """The UnloadPlan of ``procs`` (SdProcs) for this unload.
+
+    Units are kept only when the instance stays: the policy is KEEP_WAITABLE, and the broker
+    runs on or its running jobs outlive the shutdown. The waits of the units kept are
+    answered, except at a shutdown the running jobs outlive: there the waiter, job-exec, goes
+    with the same shutdown, and a failed wait would end the job it hands over
+    (events.Unloading). The guard waits no time after the broker's exit when sdexec alone
+    was unloaded (the broker's exit then means the instance ended), else the restart grace.
+
+    Args:
+        procs: the processes tracked.
+        policy: ``[systemd] sdexec-unload``, one of POLICIES.
+        broker_state: the local broker's state-machine state, or None when unknown.
+        held: the units sdexec keeps loaded (systemd/holds.py).
+        jobs_outlive_shutdown: the broker runs with ``FLUX_DISABLE_JOB_CLEANUP``.
+        restart_grace: ``[sdexec] restart-grace``, in seconds.
+    """
+    procs = list(procs)
+    broker_runs = broker_state == RUN_STATE
+    stays = policy == KEEP_WAITABLE and (broker_runs or jobs_outlive_shutdown)
+    keep = frozenset(p.unit.name for p in procs if stays and keepable(p, held))
+    return UnloadPlan(
+        keep=keep,
+        stop=tuple(p.unit.name for p in procs if not p.unit.gone and p.unit.name not in keep),
+        stop_timers={
+            p.unit.name: (p.cmd.stop_timer_sec, p.cmd.stop_signal)
+            for p in procs
+            if p.cmd.stop_timer_sec is not None
+        },
+        answer_waits=broker_runs or not jobs_outlive_shutdown,
+        guard_after_exit=0 if broker_runs else restart_grace,
+        stops_all=not stays,
+    )
 
 
 STOP_TIMERS_ENV = "SDEXEC_STOP_TIMERS"
@@ -120,19 +181,6 @@ def guard_command(broker_pid, units, after_exit=0):
     nothing outlives the instance even when sdexec is removed for good while it runs."""
     pid, grace, after = str(broker_pid), str(GUARD_GRACE), str(int(after_exit))
     return ["/bin/sh", "-c", _GUARD_SCRIPT, "sdexec-guard", pid, grace, after, *sorted(units)]
-
-
-def answers_waits(broker_state, jobs_outlive_shutdown):
-    """Whether the unload answers the parked waits of the units it keeps (ENOSYS): not at a
-    shutdown the running jobs outlive, where the waiter, job-exec, goes with the same
-    shutdown and a failed wait would end the job it hands over (events.Unloading)."""
-    return broker_state == RUN_STATE or not jobs_outlive_shutdown
-
-
-def guard_after_exit(broker_state, restart_grace):
-    """Seconds the guard waits after the broker's exit: none when sdexec alone was unloaded
-    (the broker runs on: its exit means the instance ended), the restart grace otherwise."""
-    return 0 if broker_state == RUN_STATE else restart_grace
 
 
 def stop_timers_env(timers):

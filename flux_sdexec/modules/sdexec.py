@@ -27,8 +27,9 @@ if (_ROOT / "flux_sdexec" / "__init__.py").is_file():
 
 from flux.brokermod import BrokerModule, event_handler, request_handler  # noqa: E402
 
-from flux_sdexec import config  # noqa: E402
+from flux_sdexec.config import Config  # noqa: E402
 from flux_sdexec.core import naming  # noqa: E402
+from flux_sdexec.core.handoff import JOB_EXEC_LOADED  # noqa: E402
 from flux_sdexec.broker.brokerstate import broker_state  # noqa: E402
 from flux_sdexec.broker.service import SdexecService  # noqa: E402
 from flux_sdexec.broker.watchers import guarded  # noqa: E402
@@ -52,25 +53,18 @@ class SdexecModule(BrokerModule):
         rank = h.get_rank()
         try:
             namer = naming.UnitNamer(self._instance(h, rank), rank, self._rank_suffix(h))
-            conf = h.conf_get() or {}
+            config = Config.parse(h.conf_get() or {})
             self.service = SdexecService(
                 h,
                 self.log,
                 rank,
                 h.attr_get("local-uri"),
                 namer,
-                debug=config.sdexec_debug(conf),
-                unload_policy=config.sdexec_unload(conf),
-                containment_check=config.containment_check(conf),
-                containment_required=config.containment_required(conf),
+                config=config,
                 broker_pid=_attr(h, "broker.pid"),
                 module_file=str(Path(__file__).resolve()),
-                systemd_timeout=config.systemd_timeout(conf),
-                orphan_interval=config.orphan_check_interval(conf),
                 # flux-core's rc1 cancels no running job at shutdown: they outlive it
                 jobs_outlive_shutdown="FLUX_DISABLE_JOB_CLEANUP" in os.environ,
-                restart_grace=config.restart_grace(conf),
-                usage=config.usage(conf),
             )
         except OSError as exc:  # the loader reports only the errno: say why in the log
             self.log.error(f"cannot start: {exc}")
@@ -150,10 +144,10 @@ class SdexecModule(BrokerModule):
     def disconnect(self, msg):
         guarded(self.log, "disconnect", self.requests.disconnect)(msg)  # never answered
 
-    @event_handler("job-exec-loaded")
+    @event_handler(JOB_EXEC_LOADED, prefix=False)
     def job_exec_loaded(self, msg):
         """Published by ``flux sdexec upgrade`` once job-exec is loaded again."""
-        guarded(self.log, "job-exec-loaded", self.requests.start_holds)("job-exec loaded")
+        guarded(self.log, JOB_EXEC_LOADED, self.requests.start_holds)("job-exec loaded")
 
     @request_handler("config-reload")
     def config_reload(self, msg):

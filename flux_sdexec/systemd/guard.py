@@ -20,7 +20,7 @@ def start(bridge, log, name, broker_pid, units, stop_timers=None, after_exit=0):
     """Start guard ``name`` for ``units``; a failure is logged (the units stay).
     ``stop_timers``: unit name to (seconds, signal), the stop timers of the units handed
     over (handoff.py: the guard's stop signals them, the next sdexec adopts them with it);
-    ``after_exit``: seconds it waits after the broker's exit (handoff.guard_after_exit)."""
+    ``after_exit``: seconds it waits after the broker's exit (handoff.UnloadPlan)."""
     argv = handoff.guard_command(broker_pid, units, after_exit)
     env = [f"{k}={os.environ[k]}" for k in _PASSED_ENV if k in os.environ]
     env.append(handoff.stop_timers_env(stop_timers or {}))

@@ -98,8 +98,13 @@ class Sweeper:
         self.swept += 1
 
     def close(self):
-        """Unloading: stop the rounds; return the units not yet gone."""
+        """Unloading: stop the rounds; return the units not yet gone (``take``)."""
         self._closed = True
+        return self.take()
+
+    def take(self):
+        """The units it holds, forgotten: once closed, those swept since (no round stops
+        them: the unload's last stop does)."""
         units = list(self._units)
         for unit in units:
             self._forget(unit)

@@ -25,6 +25,7 @@ from flux_sdexec.broker.catchup import CatchUp
 from flux_sdexec.core.events import UnitChanged
 from flux_sdexec.core.naming import UnitNamer
 from flux_sdexec.core.registry import Registry
+from flux_sdexec.systemd.port import SystemdPort
 
 BOUND = 5.0  # seconds for the adopting connection to learn the exit
 LOG = logging.getLogger("test")  # as test_guard.py: pytest shows its records on a failure
@@ -97,9 +98,10 @@ def test_a_unit_ending_as_it_is_adopted_is_seen_to_end(shared_pair):
 
     catch_up = CatchUp(adopter.bridge, registry, parts, feed, lambda p: None, log, lambda: 10.0)
     adopted = adopt.adopt_leftovers(
-        log=log, namer=namer, registry=registry, feed=feed, bridge=adopter.bridge,
-        bus=adopter.bridge, catch_up=catch_up, holds=parts, keepers=parts, sweeper=parts,
-        accounting=parts, orphans=parts, guard_unit=f"guard-{namer.instance}.service",
+        log=log, namer=namer, registry=registry, feed=feed,
+        systemd=SystemdPort(adopter.bridge, adopter.bridge, None, parts, parts),
+        catch_up=catch_up, holds=parts, accounting=parts, orphans=parts,
+        guard_unit=f"guard-{namer.instance}.service",
     )  # fmt: skip
     assert adopted == 1
     assert isinstance(fed[0], UnitChanged) and not ended(fed[0].props)  # read while running

@@ -23,8 +23,8 @@ from flux_sdexec.core.errors import UnitError  # noqa: E402
 
 LOG = logging.getLogger("test")
 REQUESTS_PARTS = (
-    "log rank settings local_uri namer registry feed responder bridge bus calls sweeper watchers"
-    " keepers releases after_release lookups listings orphans accounting stats"
+    "log rank settings local_uri namer registry feed responder watchers releases after_release"
+    " lookups listings orphans accounting stats"
 ).split()
 BOUND = 5.0  # seconds any reactor run below may take
 
@@ -120,6 +120,7 @@ def test_an_exec_of_a_name_being_released_waits_for_on_released():
     from flux_sdexec.core.naming import UnitNamer
     from flux_sdexec.core.protocol import ExecRequest
     from flux_sdexec.core.registry import Registry
+    from flux_sdexec.systemd.port import SystemdPort
 
     served, unit = [], "L:t1.service"
     after = StartsAfterRelease(
@@ -133,7 +134,7 @@ def test_an_exec_of_a_name_being_released_waits_for_on_released():
 
     parts = {name: None for name in REQUESTS_PARTS}  # none is needed before the start waits
     parts.update(registry=Registry(), after_release=after, releases=Releasing())
-    parts.update(namer=UnitNamer("t1", 0, False))
+    parts.update(namer=UnitNamer("t1", 0, False), systemd=SystemdPort(None, None, None, None, None))
     req = ExecRequest(cmdline=["/bin/true"], env={}, label="L", background=True)
     assert Requests(**parts)._start("msg", req) == unit
     assert after.has(unit=unit) and served == []  # nothing started: no bridge was needed

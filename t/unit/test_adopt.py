@@ -16,6 +16,7 @@ from flux_sdexec.core.errors import UnitError  # noqa: E402
 from flux_sdexec.core.naming import UnitNamer  # noqa: E402
 from flux_sdexec.core.registry import Registry  # noqa: E402
 from flux_sdexec.systemd.keepers import Keepers, keeper_name  # noqa: E402
+from flux_sdexec.systemd.port import SystemdPort  # noqa: E402
 
 NAMER = UnitNamer("tb", 0, False)
 KEPT, UNWATCHABLE = NAMER.name("kept"), NAMER.name("unwatchable")
@@ -83,8 +84,8 @@ def test_a_unit_whose_watch_fails_is_let_go_and_forgotten(monkeypatch):
     keepers = Keepers(None, None, None, None, StubLog(), lambda: 5.0, print)
     adopted = adopt.adopt_leftovers(
         log=StubLog(), namer=NAMER, registry=registry, feed=lambda p, event: None,
-        bridge=bridge, bus=bridge, catch_up=parts, holds=holds, keepers=keepers,
-        sweeper=StubSweeper(), accounting=parts, orphans=parts, guard_unit="guard.service",
+        systemd=SystemdPort(bridge, bridge, None, StubSweeper(), keepers), catch_up=parts,
+        holds=holds, accounting=parts, orphans=parts, guard_unit="guard.service",
     )  # fmt: skip
     assert adopted == 1 and bridge.stopped == [UNWATCHABLE]
     assert [p.unit.name for p in registry] == [KEPT], "the unit let go is still tracked"

@@ -169,7 +169,7 @@ def test_clean_unload_hands_over_a_revived_record_and_stops_an_answered_one():
     for p in (revived, answered):
         collected(p)
     handle(revived, AnswerMaybeLost())
-    keep = handoff.units_to_keep([revived, answered], handoff.KEEP_WAITABLE, "run")
+    keep = handoff.plan_unload([revived, answered], handoff.KEEP_WAITABLE, "run").keep
     assert keep == {"shell-0-f1:t1.service"}
     assert handle(answered, Unloading()) == [ResetFailedUnit(), Reap()]
     assert handle(revived, Unloading(keep=True))[-1] == Reap()

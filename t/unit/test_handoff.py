@@ -75,7 +75,7 @@ def test_only_started_waitable_processes_are_kept_while_the_instance_runs():
         ProcState.STARTING,
         ProcState.RELEASING,
     ]
-    assert handoff.units_to_keep(procs, handoff.KEEP_WAITABLE, "run") == {
+    assert handoff.plan_unload(procs, handoff.KEEP_WAITABLE, "run").keep == {
         "run:t1.service",
         "zombie:t1.service",
     }
@@ -95,8 +95,40 @@ def test_only_started_waitable_processes_are_kept_while_the_instance_runs():
 def test_nothing_is_kept_at_shutdown_unknown_state_or_stop_all(policy, state):
     """Shutting down, a state the broker cannot tell, or stop-all: every unit stops."""
     procs = [running("run:t1.service")]
-    assert not handoff.instance_stays(policy, state)
-    assert handoff.units_to_keep(procs, policy, state) == set()
+    plan = handoff.plan_unload(procs, policy, state)
+    assert plan.stops_all and plan.keep == set() and plan.stop == ("run:t1.service",)
+
+
+def test_the_plan_names_what_is_stopped_and_the_stop_timers_of_each():
+    """One plan: the units kept, the loaded ones stopped (a gone one is not), every stop
+    timer (the guard carries those of the units kept), the waits answered, no guard delay
+    while the broker runs."""
+    kept = new(
+        ["/bin/sleep"], unit="kept:t1.service", label="kept", background=True, waitable=True,
+        streams=("stdout", "stderr"), stop_timer_sec=30, stop_signal=signal.SIGUSR1,
+    )  # fmt: skip
+    replay(kept, "sigterm", until=until_state("sigterm", "active"))
+    stopped = new(
+        ["/bin/sleep"], unit="fg:t1.service", streams=("stdout", "stderr"), stop_timer_sec=5,
+        stop_signal=signal.SIGTERM,
+    )  # fmt: skip
+    replay(stopped, "sigterm", until=until_state("sigterm", "active"))
+    gone = proc("gone:t1.service", waitable=False)
+    replay(gone, "exit-1", until=until_failed("exit-1"))
+    handle(gone, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
+    assert gone.unit.gone
+    plan = handoff.plan_unload([kept, stopped, gone], handoff.KEEP_WAITABLE, "run")
+    assert plan.keep == {"kept:t1.service"} and plan.stop == ("fg:t1.service",)
+    assert plan.stop_timers == {
+        "kept:t1.service": (30, signal.SIGUSR1),
+        "fg:t1.service": (5, signal.SIGTERM),
+    }
+    assert plan.guarded_timers() == {"kept:t1.service": (30, signal.SIGUSR1)}
+    assert plan.stop_signals() == {
+        "kept:t1.service": signal.SIGUSR1,
+        "fg:t1.service": signal.SIGTERM,
+    }
+    assert plan.answer_waits and plan.guard_after_exit == 0 and not plan.stops_all
 
 
 def test_a_gone_or_failed_process_is_not_kept():
@@ -107,7 +139,7 @@ def test_a_gone_or_failed_process_is_not_kept():
     assert gone.unit.gone and gone.state is ProcState.ZOMBIE
     failed = running("failed:t1.service")
     failed.error = (errno.EIO, "post-start check failed")
-    assert handoff.units_to_keep([gone, failed], handoff.KEEP_WAITABLE, "run") == set()
+    assert handoff.plan_unload([gone, failed], handoff.KEEP_WAITABLE, "run").keep == set()
 
 
 def test_an_ended_unit_sdexec_holds_loaded_is_kept():
@@ -118,8 +150,8 @@ def test_an_ended_unit_sdexec_holds_loaded_is_kept():
     handle(ended, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
     assert ended.unit.gone and ended.state is ProcState.ZOMBIE
     held = {"ended:t1.service"}
-    assert handoff.units_to_keep([ended], handoff.KEEP_WAITABLE, "run", held) == held
-    assert handoff.units_to_keep([ended], handoff.STOP_ALL, "run", held) == set()
+    assert handoff.plan_unload([ended], handoff.KEEP_WAITABLE, "run", held).keep == held
+    assert handoff.plan_unload([ended], handoff.STOP_ALL, "run", held).keep == set()
 
 
 def test_a_kept_unit_is_logged_not_stopped_and_its_parked_wait_gets_enosys():
@@ -253,12 +285,12 @@ def test_waitable_units_are_kept_at_a_shutdown_their_jobs_outlive(state):
     restarted under bgexec jobs): the job shells are kept for the restarted instance."""
     detached = running("detached:t1.service", waitable=False)
     procs = [running("run:t1.service"), detached]
-    assert handoff.instance_stays(handoff.KEEP_WAITABLE, state, jobs_outlive_shutdown=True)
-    kept = handoff.units_to_keep(procs, handoff.KEEP_WAITABLE, state, jobs_outlive_shutdown=True)
-    assert kept == {"run:t1.service"}
-    assert (
-        handoff.units_to_keep(procs, handoff.STOP_ALL, state, jobs_outlive_shutdown=True) == set()
-    )
+    plan = handoff.plan_unload(procs, handoff.KEEP_WAITABLE, state, jobs_outlive_shutdown=True)
+    assert not plan.stops_all and plan.keep == {"run:t1.service"}
+    assert not plan.answer_waits  # job-exec goes with the same shutdown
+    assert plan.stop == ("detached:t1.service",)
+    plan = handoff.plan_unload(procs, handoff.STOP_ALL, state, jobs_outlive_shutdown=True)
+    assert plan.stops_all and plan.keep == set()
 
 
 def test_the_guard_of_a_restart_waits_its_grace_after_the_broker_exits():
@@ -267,9 +299,9 @@ def test_the_guard_of_a_restart_waits_its_grace_after_the_broker_exits():
     argv = handoff.guard_command("1234", {"a:t1.service"}, after_exit=300)
     assert argv[3:] == ["sdexec-guard", "1234", "2", "300", "a:t1.service"]
     assert 'sleep "$after"' in argv[2]
-    assert handoff.guard_after_exit("run", 300) == 0
-    assert handoff.guard_after_exit("shutdown", 300) == 300
-    assert handoff.guard_after_exit(None, 300) == 300
+    for state, after in (("run", 0), ("shutdown", 300), (None, 300)):
+        plan = handoff.plan_unload([], handoff.KEEP_WAITABLE, state, restart_grace=300)
+        assert plan.guard_after_exit == after
 
 
 def test_restart_grace_option():

@@ -5,7 +5,8 @@ at once for a new exec, which waits for the old unit to go (its name is the labe
 import errno
 import syslog
 
-from flux_sdexec.broker.after_release import DISCONNECT_TEXT, StartsAfterRelease
+from flux_sdexec.broker.after_release import StartsAfterRelease
+from flux_sdexec.broker.parked import DISCONNECT_TEXT
 from flux_sdexec.core.events import AnswerMaybeLost, LabelReused, Log, ResetFailedUnit, UnitChanged
 from flux_sdexec.core.machine import handle
 from flux_sdexec.core.registry import Registry

@@ -9,6 +9,7 @@ import pytest
 from flux_sdexec.broker.actions import ActionRunner
 from flux_sdexec.config import Settings
 from flux_sdexec.systemd.calls import Calls
+from flux_sdexec.systemd.port import SystemdPort
 from flux_sdexec.core.errors import UnitError
 from flux_sdexec.core.events import (
     ClientGone,
@@ -61,10 +62,8 @@ def svc():
 
 def run(svc, p, event):
     """Feed ``event`` and carry out its systemd calls as the service does."""
-    runner = ActionRunner(
-        None, svc.log, 0, Settings(), None, svc.bridge, svc.bus, svc.calls, None, None, None,
-        None, None, None,
-    )  # fmt: skip
+    systemd = SystemdPort(svc.bridge, svc.bus, svc.calls, None, None)
+    runner = ActionRunner(None, svc.log, 0, Settings(), None, systemd, None, None, None, None, None)
     for action in feed(p, event):
         if isinstance(action, KillUnit):
             runner.run(p, action)

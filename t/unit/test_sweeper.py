@@ -76,6 +76,6 @@ def test_close_stops_the_rounds_and_returns_the_units_not_gone(sd):
     assert sweeper.close() == ["v:f1.service"]
     assert sweeper.swept == 1 and len(sweeper) == 0 and watchers.armed() == []
     bridge.answer("GetUnit")  # the second's answer, after close: nothing more is sent
-    sweeper.sweep("w:f1.service", "stop: refused")  # unloading: kept for close's caller only
+    sweeper.sweep("w:f1.service", "stop: refused")  # unloading: kept for take's caller only
     assert bridge.members() == ["GetUnit", "GetUnit"]
-    assert sweeper.close() == ["w:f1.service"]
+    assert sweeper.take() == ["w:f1.service"] and sweeper.take() == []

@@ -27,6 +27,7 @@ from flux_sdexec.broker import adopt  # noqa: E402
 from flux_sdexec.usage.accounting import Accounting  # noqa: E402
 from flux_sdexec.systemd import teardown  # noqa: E402
 from flux_sdexec.systemd.keepers import Keepers, keeper_name  # noqa: E402
+from flux_sdexec.systemd.sweeper import Sweeper  # noqa: E402
 from flux_sdexec.config import Settings  # noqa: E402
 from flux_sdexec.usage.cgroup_usage import accounting_slice  # noqa: E402
 from flux_sdexec.core.errors import UnitError  # noqa: E402
@@ -125,6 +126,15 @@ def test_a_slice_and_keeper_stopped_with_an_error_are_stopped_again(monkeypatch)
     assert not [line for line in log.at("error") if "not stopped" in line]
 
 
+def test_the_unload_closes_the_sweeper_once(monkeypatch):
+    """The sweeper is closed once; what reaches it after is taken for the last stop."""
+    closed = []
+    close = Sweeper.close
+    monkeypatch.setattr(Sweeper, "close", lambda self: closed.append(self) or close(self))
+    bridge, _ = unload_with_stops_in_flight(monkeypatch, {("StopUnit", SLICE): [Late(REFUSED)]})
+    assert len(closed) == 1 and stops(bridge, SLICE) == [("StopUnit", SLICE)] * 2
+
+
 def test_a_slice_and_keeper_whose_stop_is_not_answered_are_stopped_again(monkeypatch):
     """Not answered in the unload's wait: the bridge's close dropped the calls."""
     bridge, log = unload_with_stops_in_flight(
@@ -192,7 +202,8 @@ def test_the_slice_of_a_kept_unit_on_its_way_out_at_unload_is_not_stopped(monkey
     svc.feed(p, UnitChanged(running))
     svc.feed(p, UnitChanged({"ActiveState": "deactivating", "SubState": "stop-sigterm"}))
     assert p.state is ProcState.RUNNING and p.unit.stopping
-    assert handoff.units_to_keep(svc.registry, handoff.KEEP_WAITABLE, handoff.RUN_STATE) == {unit}
+    plan = handoff.plan_unload(svc.registry, handoff.KEEP_WAITABLE, handoff.RUN_STATE)
+    assert plan.keep == {unit}
     svc.unload(handoff.RUN_STATE)
     assert stops(bridge, own) == []
 

@@ -11,6 +11,7 @@ from flux_sdexec.core.events import Reap, RespondError, StopUnit, UnitChanged, U
 from flux_sdexec.core.lifecycle import UNLOADING_TEXT
 from flux_sdexec.core.unitstate import forget_call
 from flux_sdexec.systemd.calls import Calls
+from flux_sdexec.systemd.port import SystemdPort
 
 from helpers import feed, new
 from stubs import StubBridge, StubBus, StubLog, StubWatchers
@@ -53,9 +54,8 @@ def test_stop_unit_replaces_a_queued_start_job():
     """StopUnit in mode "fail" is refused while a start job is queued."""
     bridge, bus, log = StubBridge(), StubBus(), StubLog()
     calls = Calls(bridge, bus, StubWatchers(), log)
-    runner = ActionRunner(
-        None, log, 0, Settings(), None, bridge, bus, calls, None, None, None, None, None, None
-    )
+    systemd = SystemdPort(bridge, bus, calls, None, None)
+    runner = ActionRunner(None, log, 0, Settings(), None, systemd, None, None, None, None, None)
     runner.run(taken(QUEUED), StopUnit())
     assert [(c.member, c.unit, c.kwargs) for c in bridge.sent] == [
         ("StopUnit", UNIT, {"mode": "replace"})
