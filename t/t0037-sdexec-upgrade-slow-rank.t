@@ -14,7 +14,7 @@ sdexec_bgexec_jobs_under_flux 4
 
 FLUX_EXEC_PATH_PREPEND=$SDEXEC_SRCDIR/cmd
 export FLUX_EXEC_PATH_PREPEND
-# past the 20 s hold (flux_sdexec/core/waits.py RECORD_HOLD), under tbon.torpid_max (30 s)
+# past the 20 s claim window (flux_sdexec/core/waits.py CLAIM_WINDOW), under tbon.torpid_max (30 s)
 STOPPED_FOR=25
 
 # sdexec_child BROKER_PID: the pid of the sdexec module process under that broker.

@@ -192,7 +192,7 @@ class ActionRunner:
 
         future = self._h.rpc("resource.drain", payload, 0)
         self._drains.add(future)  # referenced until answered
-        future.then(self._watchers.guard(answered, "resource.drain"))
+        future.then(self._watchers.shield(answered, "resource.drain"))
 
     def reap(self, p, a):
         """Release the unit watch, the timers and the channels."""

@@ -80,10 +80,10 @@ def adopt_leftovers(
         except OSError as exc:
             log.error(f"{unit}: cannot adopt ({exc}), letting it go")
             state, keeper = props.get("ActiveState", "active"), keeper_of(unit, props)
-            teardown.let_go(bridge, log, unit, state, keeper=keeper)
+            teardown.release_now(bridge, log, unit, state, keeper=keeper)
             if p is not None:  # a later step failed (its watch): what it took goes
                 registry.remove(p)
-                keepers.forget(unit)
+                keepers.pop(unit)
                 holds.release(unit)
     for name in leftover_slices(bridge, namer, accounting.slices(registry) | keepers.known()):
         systemd.sweeper.sweep(name, "left by an earlier sdexec, no unit of it adopted")

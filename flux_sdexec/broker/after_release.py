@@ -48,8 +48,9 @@ class StartsAfterRelease(ParkedRequests):
             return True
         return label is not None and any(parked == label for parked, _ in self.data())
 
-    def gone(self, unit):
-        """systemd has forgotten ``unit``: the request waiting for it starts now."""
+    def released(self, unit):
+        """``unit`` is released (systemd has forgotten it): the request waiting for it starts
+        now."""
         entry = self.take(unit)
         if entry is not None:
             msg, (_, proceed) = entry
@@ -57,13 +58,13 @@ class StartsAfterRelease(ParkedRequests):
 
 
 class Releases:
-    """The units being let go, until their name is free (module docstring).
+    """The units being released, until their name is free (module docstring).
 
     Args:
-        on_free: ``on_free(unit)`` once every part is over (StartsAfterRelease.gone).
+        on_free: ``on_free(unit)`` once every part is released (StartsAfterRelease.released).
 
-    The owner sets ``holds`` (holds.Holds, whose ``on_released`` is ``hold_over``) and
-    ``keepers`` (keepers.Keepers, whose ``on_gone`` is ``keeper_over``) before the first
+    The owner sets ``holds`` (holds.Holds, whose ``on_released`` is ``hold_released``) and
+    ``keepers`` (keepers.Keepers, whose ``on_gone`` is ``keeper_released``) before the first
     release. A hold lost with its connection is over once the unit is seen unloaded
     (``keepers.await_unload``, its KEEPER part).
     """
@@ -84,13 +85,13 @@ class Releases:
         self._left[unit] = {HOLD} if keeper is None else {HOLD, KEEPER}
         self.holds.release(unit)  # may be over at once
         if not self.holds.releasing(unit):
-            self._over(unit, HOLD)
+            self._part_released(unit, HOLD)
         if keeper is not None and unit in self._left:
             self.keepers.release(unit, keeper)  # may be over at once (a lost connection)
             if not self.keepers.stopping(unit):
-                self._over(unit, KEEPER)
+                self._part_released(unit, KEEPER)
 
-    def hold_over(self, unit, lost):
+    def hold_released(self, unit, lost):
         """``unit``'s hold is released; ``lost``: with its connection, so systemd may have
         the unit loaded a little longer: the name waits until it is seen unloaded."""
         left = self._left.get(unit)
@@ -99,12 +100,12 @@ class Releases:
             self.keepers.await_unload(unit)
             if not self.keepers.stopping(unit):
                 left.discard(KEEPER)
-        self._over(unit, HOLD)
+        self._part_released(unit, HOLD)
 
-    def keeper_over(self, unit):
-        self._over(unit, KEEPER)
+    def keeper_released(self, unit):
+        self._part_released(unit, KEEPER)
 
-    def _over(self, unit, part):
+    def _part_released(self, unit, part):
         left = self._left.get(unit)
         if left is None or part not in left:
             return

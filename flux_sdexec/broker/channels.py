@@ -28,7 +28,7 @@ class Socketpair:
     def remote_fd(self):
         return self.remote.fileno() if self.remote else -1
 
-    def release_remote(self):
+    def close_remote(self):
         """Close systemd's end in this process once systemd holds its own copy."""
         if self.remote:
             self.remote.close()
@@ -40,7 +40,7 @@ class Socketpair:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        self.release_remote()
+        self.close_remote()
 
     def _stop_watcher(self):
         if self._watcher is not None:

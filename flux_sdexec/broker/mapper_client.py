@@ -11,7 +11,7 @@ import json
 
 from flux_sdexec.broker.parked import ParkedRequests
 from flux_sdexec.containment.lookup import LOOKUP_TOPIC, apply, lookup_error, lookup_payload
-from flux_sdexec.broker.watchers import guarded
+from flux_sdexec.broker.watchers import shielded
 from flux_sdexec.core.errors import RequestError
 
 LOOKUP_WHAT = "sdexec-mapper.lookup"
@@ -46,7 +46,7 @@ class MapperLookups(ParkedRequests):
         """Send the lookup for ``req``; ``proceed(msg, req)`` starts the unit once mapped."""
         future = self.h.rpc(LOOKUP_TOPIC, lookup_payload(req), self.rank, 0)
         self.park(future, msg, (req, proceed))
-        future.then(guarded(self.log, LOOKUP_WHAT, self._mapped))  # a reactor callback
+        future.then(shielded(self.log, LOOKUP_WHAT, self._mapped))  # a reactor callback
 
     def _mapped(self, future):
         entry = self.take(future)

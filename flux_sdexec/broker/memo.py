@@ -56,7 +56,7 @@ class JobMemos:
         try:
             future = self.h.rpc(TOPIC, payload, 0)
             self._pending[future] = what  # referenced until answered
-            future.then(self.watchers.guard(self._answered, what), timeout=TIMEOUT)
+            future.then(self.watchers.shield(self._answered, what), timeout=TIMEOUT)
         except Exception as exc:  # never in the way of the exec
             self._pending.pop(future, None)
             self.log.debug(f"{what}: {getattr(exc, 'strerror', None) or exc}")

@@ -84,9 +84,9 @@ class OrphanWatch:
         if timer is not None:
             timer.stop()
             timer.destroy()
-        self._forget(unit)
+        self._clear(unit)
 
-    def _forget(self, unit):
+    def _clear(self, unit):
         """No more checks of ``unit``: what was kept of it goes."""
         self._attempts.pop(unit, None)
         self._seen.pop(unit, None)
@@ -97,7 +97,7 @@ class OrphanWatch:
         timer.destroy()
         p = self._registry.by_unit(unit)
         if p is None or not orphans.suspect(p):
-            self._forget(unit)
+            self._clear(unit)
             return
         if len(self._in_flight) >= MAX_IN_FLIGHT:
             self._arm(unit, BUSY_DELAY)
@@ -108,13 +108,13 @@ class OrphanWatch:
         self.checks += 1
         self._in_flight[future] = unit
         what = f"{TOPIC} of {jobid}"
-        future.then(self._watchers.guard(self._answered, what), timeout=QUERY_TIMEOUT)
+        future.then(self._watchers.shield(self._answered, what), timeout=QUERY_TIMEOUT)
 
     def _answered(self, future):
         unit = self._in_flight.pop(future, None)
         p = self._registry.by_unit(unit) if unit is not None else None
         if p is None:
-            self._forget(unit)
+            self._clear(unit)
             return
         jobid = shell_job(p)
         try:
@@ -125,7 +125,7 @@ class OrphanWatch:
         except (KeyError, TypeError, ValueError) as exc:
             action, why = orphans.RETRY, f"job {jobid}: bad {TOPIC} answer ({exc!r})"
         if action == orphans.STOP:
-            self._forget(unit)
+            self._clear(unit)
             if p.orphan is None:
                 if p.state in (ProcState.STARTING, ProcState.RUNNING):  # not a kept record
                     self.stopped += 1

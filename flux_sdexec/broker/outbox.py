@@ -57,7 +57,7 @@ class Flow:
 
 class Outbox:
     """Sends response messages on handle ``h``; ``log``: the module's BrokerLogger;
-    ``watchers``: the ``watchers.Watchers`` that make its (guarded) handle watcher.
+    ``watchers``: the ``watchers.Watchers`` that make its (shielded) handle watcher.
 
     A send that the socket refuses may have been partly written, and the connector keeps
     the rest for the next flux_send on the handle, whoever makes it (a log record, another

@@ -92,7 +92,7 @@ class OutputReader(Socketpair):
     """Our end of one output socketpair of SdProc ``p``, and where its chunks go.
 
     Args:
-        watchers: the ``watchers.Watchers`` that make the (guarded) fd watcher.
+        watchers: the ``watchers.Watchers`` that make the (shielded) fd watcher.
         log: the module's BrokerLogger.
         p: the SdProc; its command, exec request, IMP watch and pid are read, never written.
         stream: ``stdout`` or ``stderr``.

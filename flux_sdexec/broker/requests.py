@@ -29,7 +29,7 @@ from flux_sdexec.core.events import (
     StartFailed,
     WaitRequested,
     WaiterGone,
-    HoldsStart,
+    ClaimsStart,
     LabelReused,
 )
 from flux_sdexec.core.sdproc import SdProc
@@ -67,7 +67,7 @@ class Requests:
         self._releases, self._after_release, self._lookups = releases, after_release, lookups
         self._listings, self._orphans, self._accounting = listings, orphans, accounting
         self._job_usage, self._stats = job_usage, stats
-        self.holds_started = False  # a collecting client came since load (waits.py)
+        self.claims_started = False  # a collecting client came since load (waits.py)
 
     def exec(self, msg):
         """``sdexec.exec``: validate, map resources if asked, then start the unit."""
@@ -121,7 +121,7 @@ class Requests:
         except BaseException:
             self._calls.started(unit)  # its budget timer goes too
             self._bridge.unwatch(unit)
-            self._keepers.forget(unit)
+            self._keepers.pop(unit)
             self._registry.remove(p)
             for channel in (p.in_, *p.outputs):
                 if channel.io is not None:
@@ -153,7 +153,7 @@ class Requests:
         if error is None:
             for channel in (p.in_, *p.outputs):
                 if channel.io is not None:
-                    channel.io.release_remote()  # kept until now for a repeat of the start
+                    channel.io.close_remote()  # kept until now for a repeat of the start
             return
         if error.errno in (errno.ETIMEDOUT, errno.ENOSYS):  # out of budget, or unloading
             self._sweeper.sweep(p.unit.name, f"exec failed: {error.strerror}")
@@ -224,8 +224,8 @@ class Requests:
 
     def wait(self, msg):
         """``sdexec.wait``: a waitable process's status, now or when it ends. The first one
-        since load starts the hold of adopted records (waits.py)."""
-        self.start_holds("a client waits")
+        since load starts the claim window of adopted records (waits.py)."""
+        self.start_claims("a client waits")
         pid, label = protocol.parse_target(payload_of(msg, "wait"), "wait")
         p = self._find(pid, label, "wait")
         if not p.cmd.waitable:
@@ -234,15 +234,15 @@ class Requests:
             raise RequestError(errno.EINVAL, "process is already being waited on")
         self._feed(p, WaitRequested(Request(msg)))
 
-    def start_holds(self, why):
+    def start_claims(self, why):
         """The first time a collecting client is there (the first wait, or the upgrade's
-        ``sdexec.job-exec-loaded`` event): the hold of adopted records starts."""
-        if self.holds_started:
+        ``sdexec.job-exec-loaded`` event): the claim window of adopted records starts."""
+        if self.claims_started:
             return
-        self.holds_started = True
+        self.claims_started = True
         for p in self._registry:
             if p.adopted:
-                self._feed(p, HoldsStart(why))
+                self._feed(p, ClaimsStart(why))
         self._bus.pump()
 
     def list(self, msg):

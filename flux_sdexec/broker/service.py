@@ -134,10 +134,10 @@ class SdexecService:
         # (keepers.py); a start of a name whose hold and keeper are not both released yet
         # waits for them (after_release.py)
         self.after_release = StartsAfterRelease(self.serve, responder.respond_error, sender_of)
-        self.releases = releases = Releases(self.after_release.gone)
-        self.holds = Holds(log, watchers, on_released=releases.hold_over)
+        self.releases = releases = Releases(self.after_release.released)
+        self.holds = Holds(log, watchers, on_released=releases.hold_released)
         self.keepers = Keepers(
-            bridge, bus, watchers, sweeper, log, calls.deadline, releases.keeper_over
+            bridge, bus, watchers, sweeper, log, calls.deadline, releases.keeper_released
         )
         releases.holds, releases.keepers = self.holds, self.keepers
         systemd = SystemdPort(bridge, bus, calls, sweeper, self.keepers)
@@ -191,8 +191,8 @@ class SdexecService:
                 self.holds.hold(p.unit.name)  # loaded with its status once ended (holds.py)
             if p.state is ProcState.DONE:
                 self.registry.remove(p)
-                keeper = self.keepers.forget(p.unit.name)
-                self.releases.release(p.unit.name, keeper)  # then after_release.gone
+                keeper = self.keepers.pop(p.unit.name)
+                self.releases.release(p.unit.name, keeper)  # then after_release.released
         if pump:
             self.bus.pump()
 
@@ -299,13 +299,15 @@ class SdexecService:
         """Unload, second: the slices of the units kept stay with them (returned). Then the
         state machine answers its requests and sends the stops. The references and keepers
         of the units kept stay until the guard holds them."""
-        slices = self.accounting.hand_over(p for p in self.registry if p.unit.name in plan.keep)
+        slices = self.accounting.hand_over(
+            p for p in self.registry if p.unit.name in plan.hand_over
+        )
         self.calls.close(errno.ENOSYS, UNLOADING_TEXT)  # unsettled starts go to the sweeper
         self.holds.hand_over()
-        self.keepers.hand_over(plan.keep)
+        self.keepers.hand_over(plan.hand_over)
         for p in self.registry:
-            keep = p.unit.name in plan.keep
-            self.feed(p, Unloading(keep=keep, answer_wait=plan.answer_waits))
+            keep = p.unit.name in plan.hand_over
+            self.feed(p, Unloading(hand_over=keep, answer_wait=plan.answer_waits))
         return slices
 
     def _stop_and_guard(self, plan, slices, broker_state):
@@ -351,22 +353,22 @@ class SdexecService:
         close the sweeper and stop the units it still had; returns those not among them."""
         if teardown.ensure_connected(self.bridge, self.log):
             for unit in plan.stop:  # the stops just sent were lost with the connection
-                teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
+                teardown.release_now(self.bridge, self.log, unit, "active", mode="replace")
         swept = self.sweeper.close()
         for unit in swept:
-            teardown.let_go(self.bridge, self.log, unit, "active", mode="replace")
+            teardown.release_now(self.bridge, self.log, unit, "active", mode="replace")
         return [unit for unit in swept if unit not in plan.stop]
 
     def _guard_what_stays(self, plan, slices, broker_state):
         """Start the guard unit that holds the units kept (and their slices) for the next
         sdexec, with their stop timers (handoff.py)."""
-        if not plan.keep or self.broker_pid is None:
+        if not plan.hand_over or self.broker_pid is None:
             return
         after = plan.guard_after_exit
         if after:
             self.log.info(
                 f"unload (broker state {broker_state}, running jobs outlive it):"
-                f" {len(plan.keep)} job shell(s) kept for {after:g} s after the broker exits"
+                f" {len(plan.hand_over)} job shell(s) kept for {after:g} s after the broker exits"
             )
-        units, timers = plan.keep | slices, plan.guarded_timers()
+        units, timers = plan.hand_over | slices, plan.guarded_timers()
         guard.start(self.bridge, self.log, self.guard, self.broker_pid, units, timers, after)

@@ -16,7 +16,7 @@ from flux.core.inner import ffi, lib
 from flux.core.watchers import Watcher
 
 
-def guarded(log, what, func):
+def shielded(log, what, func):
     """``func`` as a watcher callback that logs what it raises instead of raising."""
 
     def callback(*args):
@@ -73,7 +73,7 @@ _CREATE = {
 
 
 class Watchers:
-    """Creates guarded flux watchers (not started) on one handle."""
+    """Creates shielded flux watchers (not started) on one handle."""
 
     def __init__(self, handle, log):
         self._h = handle
@@ -81,23 +81,25 @@ class Watchers:
 
     def fd(self, fd, events, func, what):
         """An fd watcher calling ``func()`` when ``fd`` has ``events``."""
-        return self._make("fd", (fd, events), guarded(self._log, what, func))
+        return self._make("fd", (fd, events), shielded(self._log, what, func))
 
     def timer(self, after, func, what):
         """A one-shot timer calling ``func()`` after ``after`` seconds (re-arm with reset)."""
-        return self._make("timer", (float(after), 0.0), guarded(self._log, what, func))
+        return self._make("timer", (float(after), 0.0), shielded(self._log, what, func))
 
     def handle(self, events, func, what):
         """A watcher of the flux handle itself (POLLOUT: it can send again)."""
-        return self._make("handle", (self._h.handle, events), guarded(self._log, what, func))
+        return self._make("handle", (self._h.handle, events), shielded(self._log, what, func))
 
     def signal(self, signum, func, what):
         """A signal watcher calling ``func()`` on ``signum``."""
-        return self._h.signal_watcher_create(signum, guarded(self._log, what, lambda *args: func()))
+        return self._h.signal_watcher_create(
+            signum, shielded(self._log, what, lambda *args: func())
+        )
 
-    def guard(self, func, what):
+    def shield(self, func, what):
         """``func`` as a future's ``then`` callback that logs what it raises."""
-        return guarded(self._log, what, func)
+        return shielded(self._log, what, func)
 
     def _make(self, kind, args, func):
         """A watcher of ``kind`` calling ``func()``, not started."""

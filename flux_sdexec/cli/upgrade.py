@@ -183,7 +183,7 @@ class Upgrade:
         self.h = broker.h
         self.size = size
         self.changes = plan.Changes()
-        self.unsettled = []  # (what, Round) whose answers were not all in when collected
+        self.owed = []  # (what, Round) whose answers were not all in when collected
         self.modules = {}  # "old" and "new" module file, for loading sdexec again
         self.reloaded = False  # sdexec was removed somewhere: its records need announce()
 
@@ -234,12 +234,12 @@ class Upgrade:
 
     def request(self, requests, what):
         """Send ``{rank: (topic, payload)}`` at once: {rank: payload or Failure}. The round
-        stays in ``unsettled`` (for the restore) until every answer is in."""
+        stays in ``owed`` (for the restore) until every answer is in."""
         round_ = self.broker.send_each(requests)
-        self.unsettled.append((what, round_))
+        self.owed.append((what, round_))
         answers = self.broker.collect(round_, what)
         if not round_.waiting:
-            self.unsettled.remove((what, round_))
+            self.owed.remove((what, round_))
         return answers
 
     def request_one(self, topic, payload, what):
@@ -325,7 +325,7 @@ class Upgrade:
         """Undo what is, or may be, still undone (sdexec missing, job-exec removed, queues
         stopped), after the answers still owed; return what could not be restored."""
         self.broker.restoring = True
-        problems = self.settle()
+        problems = self.await_owed()
         ranks = set(self.changes.sdexec_ranks)
         if self.changes.job_exec_args is not None:
             ranks.add(0)
@@ -361,12 +361,12 @@ class Upgrade:
         except Failure as exc:
             say(f"{exc} (each sdexec starts its holds with job-exec's first wait there)")
 
-    def settle(self):
+    def await_owed(self):
         """Wait (at most the timeout) for the answers still owed; name those still missing."""
-        rounds = [r for _, r in self.unsettled]
+        rounds = [r for _, r in self.owed]
         self.broker.run(self.broker.timeout, lambda: not any(r.waiting for r in rounds))
         problems = []
-        for what, round_ in self.unsettled:
+        for what, round_ in self.owed:
             for key in sorted(round_.waiting):
                 rank = round_.answers[key].rank
                 problems.append(
@@ -374,7 +374,7 @@ class Upgrade:
                     f"(see flux module list on rank {rank})"
                 )
             round_.close()
-        self.unsettled = []
+        self.owed = []
         return problems
 
     def restore_sdexec(self, ranks):

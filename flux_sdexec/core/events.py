@@ -80,7 +80,7 @@ class WaiterGone:
 
 
 @dataclass(frozen=True)
-class HoldsStart:
+class ClaimsStart:
     """A client that collects records is there: the first ``sdexec.wait`` since load
     reached this sdexec, or ``flux sdexec upgrade`` announced job-exec's load. Fed to
     adopted processes; ``why`` says which, for the log."""
@@ -111,12 +111,12 @@ class GraceExpired:
 @dataclass(frozen=True)
 class Unloading:
     """The module is unloading: answer what is owed, then stop the unit, or with
-    ``keep`` leave it running for the next sdexec to adopt (see handoff.py). A kept unit's
+    ``hand_over`` leave it running for the next sdexec to adopt (see handoff.py). A kept unit's
     parked wait is let go unanswered when not ``answer_wait``: at a shutdown the running
     jobs outlive, its waiter (job-exec) goes with the same shutdown, and an answer, an
     error, would end the job the restarted instance reattaches to."""
 
-    keep: bool = False
+    hand_over: bool = False
     answer_wait: bool = True
 
 

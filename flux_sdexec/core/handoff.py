@@ -55,7 +55,7 @@ JOB_EXEC_LOADED = "sdexec.job-exec-loaded"
 _HANDED_OVER = frozenset({ProcState.RUNNING, ProcState.FINISHED, ProcState.ZOMBIE})
 
 
-def keepable(p, held=frozenset()):
+def can_hand_over(p, held=frozenset()):
     """True for a process (SdProc) the next sdexec can adopt and report: waitable, its
     start reported, no error stored, its unit still loaded (not gone, or ended but in
     ``held``: units sdexec keeps loaded, see systemd/holds.py), not already
@@ -64,7 +64,7 @@ def keepable(p, held=frozenset()):
     the disconnect that would revive it was seen before this unload."""
     loaded = not p.unit.gone or p.unit.name in held
     answered = p.state is ProcState.ANSWERED and shell_job(p) is not None
-    return p.keeps_record and p.error is None and (p.state in _HANDED_OVER or answered) and loaded
+    return p.leaves_record and p.error is None and (p.state in _HANDED_OVER or answered) and loaded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +72,7 @@ class UnloadPlan:
     """What one unload does with the units it tracks, decided before its first step.
 
     Attributes:
-        keep: the unit names left running for the next sdexec (a frozenset).
+        hand_over: the unit names left running for the next sdexec (a frozenset).
         stop: the unit names still loaded and not kept: stopped, then seen gone (a tuple).
         stop_timers: unit name to (stop timer seconds, signal), of every process with one.
         answer_waits: the unload answers the parked waits of the units kept (ENOSYS).
@@ -80,7 +80,7 @@ class UnloadPlan:
         stops_all: the instance ends, or the policy says so: no unit is kept.
     """
 
-    keep: frozenset
+    hand_over: frozenset
     stop: tuple
     stop_timers: dict
     answer_waits: bool
@@ -89,7 +89,7 @@ class UnloadPlan:
 
     def guarded_timers(self):
         """The stop timers of the units kept: the guard's environment carries them."""
-        return {unit: self.stop_timers[unit] for unit in self.keep if unit in self.stop_timers}
+        return {unit: self.stop_timers[unit] for unit in self.hand_over if unit in self.stop_timers}
 
     def stop_signals(self):
         """Unit name to the signal its main process gets when it lingers at unload."""
@@ -124,10 +124,10 @@ def plan_unload(
     procs = list(procs)
     broker_runs = broker_state == RUN_STATE
     stays = policy == KEEP_WAITABLE and (broker_runs or jobs_outlive_shutdown)
-    keep = frozenset(p.unit.name for p in procs if stays and keepable(p, held))
+    hand_over = frozenset(p.unit.name for p in procs if stays and can_hand_over(p, held))
     return UnloadPlan(
-        keep=keep,
-        stop=tuple(p.unit.name for p in procs if not p.unit.gone and p.unit.name not in keep),
+        hand_over=hand_over,
+        stop=tuple(p.unit.name for p in procs if not p.unit.gone and p.unit.name not in hand_over),
         stop_timers={
             p.unit.name: (p.cmd.stop_timer_sec, p.cmd.stop_signal)
             for p in procs

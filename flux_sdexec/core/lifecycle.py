@@ -59,7 +59,7 @@ def exited(p, event, out):
     if p.cmd.background:
         why = f"Killed by signal {u.status}" if u.signaled else f"Exit {u.status}"
         out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: {why}"))
-        if p.keeps_record:
+        if p.leaves_record:
             return retain_or_drop(p, out)
     elif impfatal.may_fail(p) or (p.error and p.owes_exec_response):
         # the answer, maybe an error instead, once the unit is gone
@@ -81,7 +81,7 @@ def exec_failed(p, event, out):
     result = f", result {p.unit.result}" if p.unit.result else ""
     text = f"unit process could not be started (systemd error {p.unit.status}{result})"
     p.error = (errno.ENOENT, text)
-    if p.keeps_record:  # adopted: its record is the failed unit; a wait gets the error
+    if p.leaves_record:  # adopted: its record is the failed unit; a wait gets the error
         return terminal_error(p, out)
     return S.FAILED
 
@@ -118,7 +118,7 @@ def gone(p, event, out):
     return retain_or_drop(p, out)
 
 
-def settle(p, event, out):
+def release_check(p, event, out):
     out += p.forget()
     return S.DONE if p.unit.gone else S.RELEASING
 
@@ -214,13 +214,13 @@ def unloading(p, event, out):
     if p.owes_exec_response:
         out.append(RespondError(errno.ENOSYS, UNLOADING_TEXT))
     if p.wait.waiter is not None:
-        if event.keep and not event.answer_wait:
+        if event.hand_over and not event.answer_wait:
             why = "the shutdown hands the unit to the restarted instance"
             out.append(Log(syslog.LOG_INFO, f"{p.unit.name}: its wait is left unanswered: {why}"))
         else:
             out.append(AnswerWait(p.wait.waiter, error=(errno.ENOSYS, UNLOADING_TEXT)))
         p.wait.waiter = None
-    if event.keep:  # handed over to the next sdexec (handoff.py): it adopts the unit
+    if event.hand_over:  # handed over to the next sdexec (handoff.py): it adopts the unit
         what = f"{p.unit.name} ({p.unit.state}, pid {p.pid})"
         out.append(Log(syslog.LOG_INFO, f"left running for the next sdexec: {what}"))
     else:

@@ -35,7 +35,7 @@ _NOT_FINISHED = frozenset({ExecAnswer.NONE, ExecAnswer.STARTED})
 
 def _over(p):
     u = p.unit
-    if p.keeps_record:
+    if p.leaves_record:
         return False
     if u.state == "active.exited":
         return not p.calls.stop_sent
@@ -56,7 +56,7 @@ DUE = {
     and p.stop.stage is StopStage.IDLE
     and p.cmd.stop_timer_sec is not None,
     Phase.GONE: lambda p: p.unit.gone,
-    Phase.SETTLE: lambda p: True,
+    Phase.RELEASE_CHECK: lambda p: True,
 }
 
 

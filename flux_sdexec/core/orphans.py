@@ -23,7 +23,7 @@ import syslog
 
 from flux_sdexec.core.events import Log
 from flux_sdexec.core.shelljobs import shell_job
-from flux_sdexec.core.states import Hold, ProcState
+from flux_sdexec.core.states import Claim, ProcState
 from flux_sdexec.core.waits import release
 
 S = ProcState
@@ -51,13 +51,13 @@ def suspect(p):
     """``p`` is a job shell that may outlive its job: it runs (or starts) in the
     background, no client waits on it, and it is not being stopped as an orphan; or its
     record is kept for a client that may never come (answered and kept while its job runs,
-    or held: revived, adopted; waits.py)."""
+    or in a claim window: revived, adopted; waits.py)."""
     if p.orphan is not None or shell_job(p) is None:
         return False
     if p.state is S.ANSWERED:
         return p.wait.kept
     if p.state is S.ZOMBIE:
-        return p.wait.waiter is None and p.wait.hold is not Hold.NONE
+        return p.wait.waiter is None and p.wait.claim is not Claim.NONE
     return p.cmd.background and p.state in (S.STARTING, S.RUNNING) and p.wait.waiter is None
 
 

@@ -27,7 +27,7 @@ import os
 from flux_sdexec.core.impfatal import watch_for
 from flux_sdexec.core.retained import RetainedOutput
 from flux_sdexec.core.events import ResetFailedUnit, StartOutput, StopUnit
-from flux_sdexec.core.states import ExecAnswer, Hold, ProcState, StopStage
+from flux_sdexec.core.states import ExecAnswer, Claim, ProcState, StopStage
 from flux_sdexec.core.unitstate import Unit, forget_call
 
 
@@ -127,7 +127,7 @@ class Answers:
 
 class Wait:
     """The wait sub-state of a waitable process (waits.py): its waiter, the answer's
-    grace, the record's hold, the output kept for the answer.
+    grace, the record's claim window, the output kept for the answer.
 
     Written by waits.py's handlers (and machine.fail, lifecycle.py's answers of a
     waiter with an error), except ``grace``, the adapter's grace timer
@@ -140,7 +140,7 @@ class Wait:
         "parked",
         "answered_to",
         "kept",
-        "hold",
+        "claim",
         "before_first_wait",
         "grace",
         "retained",
@@ -151,8 +151,8 @@ class Wait:
         self.parked = False  # it came while the process ran (the answer grace follows)
         self.answered_to = None  # the wait request last answered, during its grace
         self.kept = False  # answered, and kept while its job runs (waits.py)
-        self.hold = Hold.NONE  # why a zombie record is kept only a while
-        self.before_first_wait = adopted  # no sdexec.wait came since load (the hold)
+        self.claim = Claim.NONE  # why a zombie record is kept only a while
+        self.before_first_wait = adopted  # no sdexec.wait came since load (the claim window)
         self.grace = None  # the adapter's grace timer (ArmGrace)
         self.retained = RetainedOutput() if waitable else None  # output tail for the answer
 
@@ -160,7 +160,7 @@ class Wait:
         c = Wait.__new__(Wait)
         c.waiter, c.parked, c.answered_to = self.waiter, self.parked, self.answered_to
         c.kept = self.kept
-        c.hold, c.before_first_wait = self.hold, self.before_first_wait
+        c.claim, c.before_first_wait = self.claim, self.before_first_wait
         c.grace, c.retained = self.grace, self.retained
         return c
 
@@ -188,7 +188,7 @@ class SdProc:
         self.stop = StopTimer()  # kill escalation
         self.answers = Answers(adopted, watch_for(cmd))  # what the exec request was answered
         self.error = None  # (errno, text) for the terminal response
-        self.wait = Wait(adopted, cmd.waitable)  # its waiter, grace and hold (waits.py)
+        self.wait = Wait(adopted, cmd.waitable)  # its waiter, grace and claim window (waits.py)
         self.state = ProcState.STARTING  # where the process is (table.py)
         self.orphan = None  # why it is stopped: its job is over (orphans.py)
         self.accounted = False  # it runs in an accounting slice of its own (machine.py)
@@ -258,7 +258,7 @@ class SdProc:
         return self.cmd.label or os.path.basename(self.cmd.cmdline[0]) or self.unit.name
 
     @property
-    def keeps_record(self):
+    def leaves_record(self):
         """A started waitable process: its stopped-but-loaded unit holds the status
         until a wait collects it, so a restarted sdexec can still find it."""
         return self.cmd.waitable and self.answers.exec is not ExecAnswer.NONE
@@ -273,7 +273,7 @@ class SdProc:
     def label_free(self):
         """A wait has given its status already: its label goes to a new exec (waits.py)."""
         if self.state is ProcState.ZOMBIE:
-            return self.wait.hold is Hold.REVIVED
+            return self.wait.claim is Claim.REVIVED
         return self.state in (ProcState.ANSWERED, ProcState.RELEASING, ProcState.DONE)
 
     @property

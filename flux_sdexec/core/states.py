@@ -1,5 +1,5 @@
 """Process states, unit phases, stop-timer stages and the two sub-states of an SdProc
-(its exec's answers, its record's hold): the vocabulary of table.py.
+(its exec's answers, its record's claim window): the vocabulary of table.py.
 
 Pure: stdlib only.
 """
@@ -38,7 +38,7 @@ class Phase(enum.Enum):
     OVER = "active/exited or failed: the unit holds nothing but our record"
     DEACTIVATING = "systemd is stopping the unit"
     GONE = "inactive again after having run"
-    SETTLE = "anything systemd says about a unit being let go"
+    RELEASE_CHECK = "anything systemd says about a unit being let go"
 
     __hash__ = object.__hash__
 
@@ -73,12 +73,12 @@ class ExecAnswer(enum.Enum):
         return self.name
 
 
-class Hold(enum.Enum):
-    """Why a zombie record is kept only a while for a wait (waits.py: the hold)."""
+class Claim(enum.Enum):
+    """Why a zombie record is kept only a while for a wait (waits.py: the claim window)."""
 
-    NONE = "not held (a zombie of this sdexec's own exec is kept until its wait comes)"
-    HELD = "no client is known to wait for it (adopted at load)"
-    REVIVED = "held, and collectable again: its answer may have been lost"
+    NONE = "no claim window (a zombie of this sdexec's own exec is kept until its wait comes)"
+    OPEN = "no client is known to wait for it (adopted at load)"
+    REVIVED = "in a claim window, collectable again: its answer may have been lost"
 
     __hash__ = object.__hash__
 

@@ -29,9 +29,7 @@ design and flux-core's sdexec.c:
 Pure: stdlib only.
 """
 
-from flux_sdexec.core import lifecycle as h
-from flux_sdexec.core import orphans as o
-from flux_sdexec.core import waits as w
+from flux_sdexec.core import lifecycle, orphans, waits
 from flux_sdexec.core.events import (
     AnswerMaybeLost,
     ContainmentChecked,
@@ -48,7 +46,7 @@ from flux_sdexec.core.events import (
     Unloading,
     WaitRequested,
     WaiterGone,
-    HoldsStart,
+    ClaimsStart,
     LabelReused,
 )
 from flux_sdexec.core.states import ESCALATING, LIVE, Phase, ProcState
@@ -73,64 +71,69 @@ def row(states, key, targets, handler):
 # ---- unit phases (state-triggered) ----
 # the AllowedCPUs check (debug mode) runs before "started" may go out: a failed check is
 # an EIO without "started", as in flux-core
-row([STARTING], Phase.POST_START_CHECK, [None], h.post_start_check)
+row([STARTING], Phase.POST_START_CHECK, [None], lifecycle.post_start_check)
 # started: see the module docstring; an adopted unit's "started" went out long ago
-row([STARTING], Phase.STARTED, [RUNNING], h.started)
+row([STARTING], Phase.STARTED, [RUNNING], lifecycle.started)
 # finished: foreground answers it, background logs it; a waitable one becomes a zombie
 # (or answers its parked wait)
-row([RUNNING], Phase.EXITED, [FINISHED, *ENDS], h.exited)
+row([RUNNING], Phase.EXITED, [FINISHED, *ENDS], lifecycle.exited)
 # exec failure (systemd exit 200-243): stored as ENOENT, answered when the unit is gone
-row([STARTING, RUNNING], Phase.EXEC_FAILED, [FAILED, ZOMBIE, ANSWERED, RELEASING], h.exec_failed)
+row(
+    [STARTING, RUNNING],
+    Phase.EXEC_FAILED,
+    [FAILED, ZOMBIE, ANSWERED, RELEASING],
+    lifecycle.exec_failed,
+)
 # stop / reset-failed, unless the unit is kept as a waitable's record
-row(ESCALATING, Phase.OVER, [None], h.over)
+row(ESCALATING, Phase.OVER, [None], lifecycle.over)
 # the stop timer starts when systemd starts stopping the unit
-row(ESCALATING, Phase.DEACTIVATING, [None], h.deactivating)
+row(ESCALATING, Phase.DEACTIVATING, [None], lifecycle.deactivating)
 # EOF/ENODATA order: the terminal response waits for the unit to be gone and the EOFs
-row(ESCALATING, Phase.GONE, [None, *ENDS], h.gone)
+row(ESCALATING, Phase.GONE, [None, *ENDS], lifecycle.gone)
 # a released unit is watched until systemd has forgotten it
-row([RELEASING], Phase.SETTLE, [RELEASING, DONE], h.settle)
+row([RELEASING], Phase.RELEASE_CHECK, [RELEASING, DONE], lifecycle.release_check)
 
 # ---- inputs (event-triggered) ----
 # what systemd says is recorded in every state; the phases above decide what it means
-row(LIVE, UnitChanged, [None], h.same)
+row(LIVE, UnitChanged, [None], lifecycle.same)
 # systemd refused the start: answer the error, nothing of the unit is ours to let go
-row(ESCALATING, StartFailed, [DONE], h.start_failed)
+row(ESCALATING, StartFailed, [DONE], lifecycle.start_failed)
 # background output is logged (and retained for a wait) until the channels close
-row(LIVE, OutputChunk, [None], h.output_chunk)
-row(LIVE, OutputClosed, [None], h.output_closed)
+row(LIVE, OutputChunk, [None], lifecycle.output_chunk)
+row(LIVE, OutputClosed, [None], lifecycle.output_closed)
 # a wait asked for the output written so far: answer it now
-row([ZOMBIE], OutputDrained, [ZOMBIE, ANSWERED, RELEASING, DONE], w.output_drained)
+row([ZOMBIE], OutputDrained, [ZOMBIE, ANSWERED, RELEASING, DONE], waits.output_drained)
 # the answer to CheckContainment; a process that failed meanwhile ignores it
-row([STARTING], ContainmentChecked, [STARTING, FAILED], h.post_start_checked)
-row([FAILED], ContainmentChecked, [FAILED], h.post_start_checked)
+row([STARTING], ContainmentChecked, [STARTING, FAILED], lifecycle.post_start_checked)
+row([FAILED], ContainmentChecked, [FAILED], lifecycle.post_start_checked)
 # escalation steps; a zombie or releasing process has no timer, but an expiry may have
 # been queued before the cancel
-row(ESCALATING, StopTimerExpired, [None, *ENDS], h.stop_timer_expired)
-row([ZOMBIE, ANSWERED, RELEASING], StopTimerExpired, [None], h.same)
+row(ESCALATING, StopTimerExpired, [None, *ENDS], lifecycle.stop_timer_expired)
+row([ZOMBIE, ANSWERED, RELEASING], StopTimerExpired, [None], lifecycle.same)
 # a gone client's foreground unit is SIGKILLed; background units live on
-row(LIVE, ClientGone, [None], h.client_gone)
+row(LIVE, ClientGone, [None], lifecycle.client_gone)
 # a wait parks until the process is over, or collects a zombie's status
-row(ESCALATING, WaitRequested, [None], w.wait_requested)
-row([ZOMBIE], WaitRequested, [ZOMBIE, ANSWERED, RELEASING, DONE], w.wait_requested)
-row([*ESCALATING, ZOMBIE], WaiterGone, [None], w.waiter_gone)
+row(ESCALATING, WaitRequested, [None], waits.wait_requested)
+row([ZOMBIE], WaitRequested, [ZOMBIE, ANSWERED, RELEASING, DONE], waits.wait_requested)
+row([*ESCALATING, ZOMBIE], WaiterGone, [None], waits.waiter_gone)
 # the answer grace (waits.py): the client of an answered parked wait left soon after, so
 # the answer may be lost: the record is a zombie again; a grace (or a revived record's
 # hold) that ends lets the unit go
-row([ANSWERED], AnswerMaybeLost, [ZOMBIE, RELEASING, DONE], w.answer_maybe_lost)
-row(LIVE, GraceExpired, [None, RELEASING, DONE], w.grace_expired)
+row([ANSWERED], AnswerMaybeLost, [ZOMBIE, RELEASING, DONE], waits.answer_maybe_lost)
+row(LIVE, GraceExpired, [None, RELEASING, DONE], waits.grace_expired)
 # the manager restarted without a running unit (catchup.py): its exec ends with an error
-row(ESCALATING, UnitLost, [None], h.unit_lost)
+row(ESCALATING, UnitLost, [None], lifecycle.unit_lost)
 # a job shell whose job is over is stopped (orphans.py); its record, if over, let go
-row(ESCALATING, JobGone, [None], o.job_gone)
-row([ZOMBIE], JobGone, [ZOMBIE, RELEASING, DONE], o.job_gone)
-row([ANSWERED], JobGone, [ANSWERED, RELEASING, DONE], o.job_gone)
-row([RELEASING], JobGone, [None], h.same)
+row(ESCALATING, JobGone, [None], orphans.job_gone)
+row([ZOMBIE], JobGone, [ZOMBIE, RELEASING, DONE], orphans.job_gone)
+row([ANSWERED], JobGone, [ANSWERED, RELEASING, DONE], orphans.job_gone)
+row([RELEASING], JobGone, [None], lifecycle.same)
 # a new exec takes the label of a record whose status was given: it goes at once
-row(LIVE, LabelReused, [None, RELEASING, DONE], w.label_reused)
+row(LIVE, LabelReused, [None, RELEASING, DONE], waits.label_reused)
 # an adopted record's hold counts from the first wait since load (waits.py)
-row(LIVE, HoldsStart, [None], w.holds_start)
+row(LIVE, ClaimsStart, [None], waits.claims_start)
 # unload answers what is owed (ENOSYS) and lets the unit go
-row(LIVE, Unloading, [DONE], h.unloading)
+row(LIVE, Unloading, [DONE], lifecycle.unloading)
 
 
 def _state_names(states):

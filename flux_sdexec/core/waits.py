@@ -14,12 +14,12 @@ collectable by label or pid. A grace that ends with the client still connected l
 the unit go. A wait answered at once (the process was over when it came) lets the
 record go at once, as before: its client was there a moment ago to ask.
 
-The hold: a zombie no client is known to wait for (revived, or of a unit adopted from
-an earlier sdexec) is kept RECORD_HOLD seconds for one to ask, then let go, so that a
+The claim window: a zombie no client is known to wait for (revived, or of a unit adopted from
+an earlier sdexec) is kept CLAIM_WINDOW seconds for one to ask, then let go, so that a
 record whose answer was in fact read, or whose job is over, leaves no unit behind. A
 zombie of this sdexec's own exec waits for its wait as long as it takes, as before.
-The hold of an adopted record counts from the moment a collecting client is there
-(HoldsStart: the first ``sdexec.wait`` this sdexec gets, or ``flux sdexec upgrade``
+The claim window of an adopted record counts from the moment a collecting client is there
+(ClaimsStart: the first ``sdexec.wait`` this sdexec gets, or ``flux sdexec upgrade``
 announcing job-exec's load), not from its load: job-exec, the one that collects them,
 is loaded only after sdexec on every rank, however long the slowest rank takes; until
 then it is bounded by FIRST_WAIT_BOUND.
@@ -31,13 +31,13 @@ The keep: a job shell's rank may end long before its job (uneven ranks, a leader
 post-processing), and a job-exec loaded again (``flux sdexec upgrade``, ``flux module
 reload job-exec``) asks every rank's shell by label, the finished ones too; flux-core's
 C module has let the record go by then, and the job dies (``wait label=... not found``).
-So a job shell's record answered to a parked wait, or held (revived, adopted) and answered,
-has the answer grace, and one whose grace ends with its client still there is kept, hidden as in
-the grace, while its job runs: the orphan watch asks for the job's state (WatchJob) and
-JobGone lets it go, KEPT_MAX at the most. Its client leaving revives it as in the grace,
-held until the next client's first wait: the job-exec that reattaches gets the status,
-once per job-exec reload. A clean unload hands it over (handoff.py), and the next sdexec
-adopts it as a held zombie.
+So a job shell's record answered to a parked wait, or in a claim window (revived, adopted)
+and answered, has the answer grace, and one whose grace ends with its client still there is
+kept, hidden as in the grace, while its job runs: the orphan watch asks for the job's state
+(WatchJob) and JobGone lets it go, KEPT_MAX at the most. Its client leaving revives it as in
+the grace, in a claim window until the next client's first wait: the job-exec that
+reattaches gets the status, once per job-exec reload. A clean unload hands it over
+(handoff.py), and the next sdexec adopts it as a zombie in a claim window.
 Pure: stdlib only.
 """
 
@@ -46,7 +46,7 @@ import syslog
 from flux_sdexec.core import impfatal
 from flux_sdexec.core.events import AnswerWait, ArmGrace, DrainOutput, Log, WatchJob
 from flux_sdexec.core.shelljobs import shell_job
-from flux_sdexec.core.states import Hold, ProcState
+from flux_sdexec.core.states import Claim, ProcState
 
 S = ProcState
 
@@ -57,8 +57,8 @@ ANSWER_GRACE = 2.0
 # job-exec loaded again asks by label within seconds of its load (the upgrade loads it
 # right after sdexec); short enough that a record nobody asks for is soon gone. Every
 # short-lived client of a parked wait (flux sproc wait) revives its record as it exits,
-# so the hold is also how long such a unit stays listed.
-RECORD_HOLD = 20.0
+# so the claim window is also how long such a unit stays listed.
+CLAIM_WINDOW = 20.0
 # Until then (the first wait, or the upgrade's announce), an adopted record is kept at
 # most this long: far
 # beyond the longest time `flux sdexec upgrade` can take from a rank's sdexec load to
@@ -99,14 +99,14 @@ def retain_or_drop(p, out):
     if p.orphan is not None:  # stopped because its job is over (orphans.py)
         return release(p, out)
     if p.adopted:
-        return hold(p, out, "no waiter after adoption")
+        return open_claim(p, out, "no waiter after adoption")
     return S.ZOMBIE
 
 
 def collect(p, out, drained=False):
     """Answer the waiter with the status (or stored error) once the output read so far is
-    in; then keep the record for the answer grace (a parked wait, or a job shell's held
-    record, revived or adopted: the keep follows) or let it go."""
+    in; then keep the record for the answer grace (a parked wait, or a job shell's record
+    in a claim window, revived or adopted: the keep follows) or let it go."""
     if not drained and p.output_open:
         out.append(DrainOutput())
         return S.ZOMBIE
@@ -117,8 +117,8 @@ def collect(p, out, drained=False):
         out.append(AnswerWait(waiter, error=p.error))
     else:
         out.append(AnswerWait(waiter, p.unit.wait_status, tuple(w.retained.items)))
-    held, w.hold = w.hold is not Hold.NONE, Hold.NONE
-    if not parked and not (held and shell_job(p) is not None):
+    claimed, w.claim = w.claim is not Claim.NONE, Claim.NONE
+    if not parked and not (claimed and shell_job(p) is not None):
         return release(p, out)
     w.answered_to = waiter
     out.append(ArmGrace(ANSWER_GRACE))
@@ -128,17 +128,17 @@ def collect(p, out, drained=False):
 def answer_maybe_lost(p, event, out):
     """The answered client left within the grace, or while a kept record's job runs:
     collectable again, unless a newer process took the label meanwhile (then there would
-    be two). A kept one is held until the next client's first wait: that is the job-exec
-    that reattaches."""
+    be two). A kept one is in a claim window until the next client's first wait: that is the
+    job-exec that reattaches."""
     p.wait.answered_to = None
     if event.label_taken:
         out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label reused, not revived"))
         return release(p, out)
-    p.wait.hold = Hold.REVIVED
+    p.wait.claim = Claim.REVIVED
     if p.wait.kept:
         p.wait.kept, p.wait.before_first_wait = False, True
-        return hold(p, out, f"its waiter left while job {shell_job(p)} runs")
-    return hold(p, out, f"its waiter left within {ANSWER_GRACE:g}s of the answer")
+        return open_claim(p, out, f"its waiter left while job {shell_job(p)} runs")
+    return open_claim(p, out, f"its waiter left within {ANSWER_GRACE:g}s of the answer")
 
 
 def label_reused(p, event, out):
@@ -147,38 +147,38 @@ def label_reused(p, event, out):
     A record never answered (a zombie waiting for its wait) keeps it."""
     if p.state not in (S.ANSWERED, S.ZOMBIE) or not p.label_free:
         return p.state
-    p.wait.answered_to, p.wait.hold = None, Hold.NONE
+    p.wait.answered_to, p.wait.claim = None, Claim.NONE
     out.append(Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: label taken by a new exec, let go"))
     return release(p, out)
 
 
-def hold(p, out, why):
-    if p.wait.hold is Hold.NONE:
-        p.wait.hold = Hold.HELD
+def open_claim(p, out, why):
+    if p.wait.claim is Claim.NONE:
+        p.wait.claim = Claim.OPEN
     if p.wait.before_first_wait:
         seconds = FIRST_WAIT_BOUND
-        until = f"{RECORD_HOLD:g}s after the first wait (at most {seconds:g}s)"
+        until = f"{CLAIM_WINDOW:g}s after the first wait (at most {seconds:g}s)"
     else:
-        seconds = RECORD_HOLD
+        seconds = CLAIM_WINDOW
         until = f"{seconds:g}s"
     out += [Log(syslog.LOG_INFO, f"{p.logname}[{p.pid}]: {why}: collectable for {until}")]
     out.append(ArmGrace(seconds))
     return S.ZOMBIE
 
 
-def holds_start(p, event, out):
-    """A collecting client is there: a held adopted record's hold starts now."""
+def claims_start(p, event, out):
+    """A collecting client is there: an adopted record's claim window starts now."""
     if not p.wait.before_first_wait:
         return p.state
     p.wait.before_first_wait = False
-    if p.state is S.ZOMBIE and p.wait.hold is not Hold.NONE and p.wait.waiter is None:
-        return hold(p, out, event.why)
+    if p.state is S.ZOMBIE and p.wait.claim is not Claim.NONE and p.wait.waiter is None:
+        return open_claim(p, out, event.why)
     return p.state
 
 
 def grace_expired(p, event, out):
     """End of the answer grace (a job shell's record is kept then), of a kept record's
-    keep, or of a held record's hold: let the unit go."""
+    keep, or of a record's claim window: let the unit go."""
     if p.state is S.ANSWERED:
         job = shell_job(p)
         if p.wait.kept:
@@ -192,9 +192,9 @@ def grace_expired(p, event, out):
             return S.ANSWERED
         p.wait.answered_to, p.wait.kept = None, False
         return release(p, out)
-    if p.state is S.ZOMBIE and p.wait.hold is not Hold.NONE and p.wait.waiter is None:
-        p.wait.hold = Hold.NONE
-        seconds = FIRST_WAIT_BOUND if p.wait.before_first_wait else RECORD_HOLD
+    if p.state is S.ZOMBIE and p.wait.claim is not Claim.NONE and p.wait.waiter is None:
+        p.wait.claim = Claim.NONE
+        seconds = FIRST_WAIT_BOUND if p.wait.before_first_wait else CLAIM_WINDOW
         text = f"{p.logname}[{p.pid}]: not collected within {seconds:g}s, let go"
         out.append(Log(syslog.LOG_INFO, text))
         return release(p, out)

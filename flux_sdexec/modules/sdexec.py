@@ -32,7 +32,7 @@ from flux_sdexec.core import naming  # noqa: E402
 from flux_sdexec.core.handoff import JOB_EXEC_LOADED  # noqa: E402
 from flux_sdexec.broker.brokerstate import broker_state  # noqa: E402
 from flux_sdexec.broker.service import SdexecService  # noqa: E402
-from flux_sdexec.broker.watchers import guarded  # noqa: E402
+from flux_sdexec.broker.watchers import shielded  # noqa: E402
 
 # rank 0 answers in milliseconds; a follower in rc1 once waited forever for it (3 nodes)
 UUID_TIMEOUT = 30.0
@@ -142,12 +142,12 @@ class SdexecModule(BrokerModule):
 
     @request_handler("disconnect")
     def disconnect(self, msg):
-        guarded(self.log, "disconnect", self.requests.disconnect)(msg)  # never answered
+        shielded(self.log, "disconnect", self.requests.disconnect)(msg)  # never answered
 
     @event_handler(JOB_EXEC_LOADED, prefix=False)
     def job_exec_loaded(self, msg):
         """Published by ``flux sdexec upgrade`` once job-exec is loaded again."""
-        guarded(self.log, JOB_EXEC_LOADED, self.requests.start_holds)("job-exec loaded")
+        shielded(self.log, JOB_EXEC_LOADED, self.requests.start_claims)("job-exec loaded")
 
     @request_handler("config-reload")
     def config_reload(self, msg):

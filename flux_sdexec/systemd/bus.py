@@ -48,7 +48,7 @@ class BusWatcher:
         self._pumping = False
         self.reconnects = 0  # connections to systemd re-opened since load (stats-get)
         # called from the watchers and after every systemd call: never raises
-        self.pump = watchers.guard(self._pump, "bus")
+        self.pump = watchers.shield(self._pump, "bus")
         self._watch()
 
     def _watch(self):

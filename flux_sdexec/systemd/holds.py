@@ -77,7 +77,7 @@ class Holds:
         self._watcher = None
         self._on_released = on_released or (lambda unit, lost: None)
         self._releasing = {}  # unit -> its UNREF_TIMEOUT timer (None without watchers)
-        self._released = []  # (unit, lost) of releases over, their on_released not yet called
+        self._released = []  # (unit, lost) of releases done, their on_released not yet called
         self._user_mode = user_mode
         self._bus = None
         self._olds = []  # the connections replaced, open until _bus's Refs are answered, taken
@@ -111,7 +111,9 @@ class Holds:
                 self._notify()
                 return
         if unit in self._releasing and unit not in self._after_old:
-            self._over(unit, certain=self._bus is not None)  # nothing left to wait for here
+            self._connection_done(
+                unit, certain=self._bus is not None
+            )  # nothing left to wait for here
         self._notify()
 
     def _unref(self, unit):
@@ -165,7 +167,7 @@ class Holds:
             self._watcher.destroy()  # else the flux handle keeps it referenced
             self._watcher = None
 
-    def _over(self, unit, certain=False):
+    def _connection_done(self, unit, certain=False):
         """The connection ``unit``'s Unref went on is done with it: released, unless an old
         connection still open (see the module docstring) may refer to it too. ``certain``:
         systemd said so on a connection that stays (else the release is lost)."""
@@ -245,7 +247,7 @@ class Holds:
         self._bus = None
         for other in list(self._releasing):
             if other not in self._after_old:
-                self._over(other)
+                self._connection_done(other)
         return self._open(unit, skip)
 
     def _confirmed(self):
@@ -362,7 +364,7 @@ class Holds:
                     self._look(unit)  # answered before the reference was dropped
                 elif member == b"GetUnit" and unit in self._releasing:
                     # collected if unreferenced; not seen when systemd re-executed meanwhile
-                    self._over(unit, certain=errnum not in NOT_TAKEN)
+                    self._connection_done(unit, certain=errnum not in NOT_TAKEN)
                 sdbus.lib.sd_bus_message_unref(m)
             if r <= 0:
                 self._confirmed()

@@ -89,7 +89,7 @@ class Keepers:
         sweeper: the Sweeper, for a keeper whose stop failed.
         log: the module's BrokerLogger.
         deadline: a callable giving the per-call deadline in seconds.
-        on_gone: ``on_gone(unit)`` once systemd has unloaded the unit (Releases.keeper_over).
+        on_gone: ``on_gone(unit)`` once systemd has unloaded the unit (Releases.keeper_released).
     """
 
     def __init__(self, bridge, bus, watchers, sweeper, log, deadline, on_gone):
@@ -109,7 +109,7 @@ class Keepers:
         if keeper is not None:
             self._of[unit] = keeper
 
-    def forget(self, unit):
+    def pop(self, unit):
         """``unit``'s record goes: its keeper (None: it has none), to release."""
         return self._of.pop(unit, None)
 

@@ -65,7 +65,7 @@ class Sweeper:
         if entry is None or self._closed:
             return
         if exc is not None and exc.errno == errno.ENOENT:
-            self._forget(unit)
+            self._drop(unit)
             self.log.info(f"{unit}: gone after {entry[0] + 1} rounds")
             return
         if exc is None:
@@ -90,7 +90,7 @@ class Sweeper:
 
         return on_reply
 
-    def _forget(self, unit):
+    def _drop(self, unit):
         timer = self._units.pop(unit)[1]
         if timer is not None:
             timer.stop()
@@ -107,6 +107,6 @@ class Sweeper:
         them: the unload's last stop does)."""
         units = list(self._units)
         for unit in units:
-            self._forget(unit)
+            self._drop(unit)
         self.swept -= len(units)
         return units

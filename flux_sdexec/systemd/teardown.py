@@ -26,7 +26,7 @@ def quietly(log, call, *args):
         log.debug(f"{call.__name__} {args[0]}: {exc}")
 
 
-def let_go(bridge, log, unit, active_state, mode="replace", keeper=None):
+def release_now(bridge, log, unit, active_state, mode="replace", keeper=None):
     """The calls of the forget policy (unitstate.forget_call) for a unit nobody will watch:
     a stopped unit may end failed, so the reset follows the stop. Mode "replace" stops a
     unit whose start job is still queued, where "fail" is refused. A unit with a ``keeper``

@@ -13,7 +13,7 @@ the caller: a failed read is logged.
 A job shell's end is answered (job-exec's wait, bulk-exec's last responses) once its row
 is handed on (``JobUsage.shell_ended``): so rank 0 has written the job's record and posted
 its memo before job-exec hears that the job's last shell ended, and the job is still active
-for the memo. The answers wait in a ``_Settling`` (``after_usage``) meanwhile: a round trip
+for the memo. The answers wait in a ``_HandingOn`` (``after_usage``) meanwhile: a round trip
 to the parent broker, more where a broker looks the job up first.
 
 A job shell adopted at load may have ended under the sdexec before (a bgexec shell that
@@ -24,7 +24,7 @@ first read of an adopted job shell's exit looks its record up in the job's KVS d
 first, without waiting: there, the record written is the process's usage and nothing is
 sent or raised; not there, the figures read at the exit go to the job as for any exec. The
 KVS is the one place that survives both an upgrade and a crash, and a record written is
-never one this sdexec has to guess. The answers go with the record settled.
+never one this sdexec has to guess. The answers go once the record is known.
 
 Imports no CLI module and nothing of flux.
 """
@@ -92,7 +92,7 @@ class Accounting:
         # goes with its process (a wait may be answered in the step that makes it DONE,
         # and a unit name is free for a new exec once the old one is released)
         self.accounts = weakref.WeakKeyDictionary()
-        self.settling = set()  # _Settlings in flight (job shells' ends being handed on)
+        self.handing_on = set()  # _HandingOns in flight (job shells' ends being handed on)
 
     def place(self, p, props):
         """The start ``props`` of ``p`` with a slice of its own, if ``[sdexec] usage`` has
@@ -132,7 +132,7 @@ class Accounting:
     def read_usage(self, p):
         """``p``'s exit is known (ReadUsage): read its slice, once."""
         acct = self.accounts.get(p)
-        if acct is not None and acct.usage is None and acct.settling is None:
+        if acct is not None and acct.usage is None and acct.handing_on is None:
             self._exited(p, acct)
 
     def done(self, p):
@@ -185,22 +185,22 @@ class Accounting:
         return None
 
     def after_usage(self, p, send):
-        """Call ``send(usage)`` once ``p``'s usage is settled, with its JSON (None when
+        """Call ``send(usage)`` once ``p``'s usage is known, with its JSON (None when
         unknown): now, or, for a job shell that ended, once its row is handed on (the
         module docstring); sends wait in order."""
         acct = self.accounts.get(p)
-        if acct is not None and acct.settling is not None:
-            acct.settling.waiting.append(send)
+        if acct is not None and acct.handing_on is not None:
+            acct.handing_on.waiting.append(send)
         else:
             send(acct.usage_json() if acct is not None else None)
 
     def flush(self):
         """At unload: the handing on still out will not be answered; send what waits on it
         (an adopted shell's usage unknown: its answers go without it)."""
-        for settling in list(self.settling):
-            if settling.acct.usage is None:
-                self.log.error(f"{settling.p.unit.name}: usage: unload before the job's record")
-            settling.release()
+        for handing_on in list(self.handing_on):
+            if handing_on.acct.usage is None:
+                self.log.error(f"{handing_on.p.unit.name}: usage: unload before the job's record")
+            handing_on.send_waiting()
 
     def slices(self, procs):
         """The accounting slices of ``procs`` (the guard of handed-over units stops them too,
@@ -246,12 +246,12 @@ class Accounting:
     def _now(self, p, acct):
         """``p``'s record as ``sdexec.usage`` gives it: kept if read at its exit, else read
         now (``running`` while it runs)."""
-        settling = acct.settling  # its end being handed on: it ended
-        running = acct.usage is None and settling is None
+        handing_on = acct.handing_on  # its end being handed on: it ended
+        running = acct.usage is None and handing_on is None
         if acct.usage is not None:
             rec = acct.usage
         else:
-            rec = settling.read if settling else self._record(p, acct.slice)
+            rec = handing_on.read if handing_on else self._record(p, acct.slice)
         return rec.live(p.unit.name, acct.job, running)
 
     def close(self):
@@ -292,7 +292,7 @@ class Accounting:
 
     def _exited(self, p, acct):
         """Read ``p``'s slice at its exit (it goes once p is done); a job shell's record
-        goes to its job, and its usage is settled once handed on (an adopted one's: once
+        goes to its job, and its usage is known once handed on (an adopted one's: once
         its job's record is looked up, first) (the module docstring)."""
         read = self._record(p, acct.slice, acct.exited_at)
         self.log.debug(f"{p.unit.name}: usage {json.dumps(read.to_json(), sort_keys=True)}")
@@ -302,11 +302,11 @@ class Accounting:
         look_up_first, acct.look_up_first = acct.look_up_first, False
         if not look_up_first:
             acct.usage = read
-        settling = acct.settling = _Settling(p, acct, read, self.settling, self.log)
-        self.settling.add(settling)
+        handing_on = acct.handing_on = _HandingOn(p, acct, read, self.handing_on, self.log)
+        self.handing_on.add(handing_on)
         memory_max = p.cmd.opts.get(PREFIX + "MemoryMax")
         self.jobs.shell_ended(
-            acct.job, p.unit.name, read, memory_max, settling.settle, look_up_first
+            acct.job, p.unit.name, read, memory_max, handing_on.handed_on, look_up_first
         )
 
 
@@ -320,7 +320,7 @@ class _Account:
         "usage",
         "look_up_first",
         "exited_at",
-        "settling",
+        "handing_on",
         "stopped",
         "handed_over",
     )
@@ -331,7 +331,7 @@ class _Account:
         self.usage = None  # its UsageRecord, read at its exit (or its job's, adopted)
         self.look_up_first = False  # an adopted job shell whose job's record may exist already
         self.exited_at = None  # when it exited, from systemd (adopted), epoch seconds
-        self.settling = None  # the _Settling of its end, while in flight
+        self.handing_on = None  # the _HandingOn of its end, while in flight
         self.stopped = False  # its slice's stop was sent
         self.handed_over = False  # its unit is left to the next sdexec at unload: the slice too
 
@@ -340,30 +340,29 @@ class _Account:
         return self.usage.to_json() if self.usage is not None else None
 
 
-class _Settling:
+class _HandingOn:
     """One job shell's end being handed on (its job's record looked up first, adopted):
-    the record read at its exit, and the sends (after_usage) that wait for the usage to be
-    settled."""
+    the record read at its exit, and the sends (after_usage) that wait for the usage."""
 
-    __slots__ = ("p", "acct", "read", "waiting", "settling", "log")
+    __slots__ = ("p", "acct", "read", "waiting", "in_flight", "log")
 
-    def __init__(self, p, acct, read, settling, log):
+    def __init__(self, p, acct, read, in_flight, log):
         self.p, self.acct, self.read, self.waiting = p, acct, read, []
-        self.settling, self.log = settling, log
+        self.in_flight, self.log = in_flight, log
 
-    def settle(self, usage):
+    def handed_on(self, usage):
         """Handed on: ``usage`` (a UsageRecord) is the process's usage; send what waits.
         Nothing after a flush at unload."""
-        if self.acct.settling is not self:
+        if self.acct.handing_on is not self:
             return
         self.acct.usage = usage
-        self.release()
+        self.send_waiting()
 
-    def release(self):
-        """Send what waits, each once, with the usage settled (None if unknown); one that
+    def send_waiting(self):
+        """Send what waits, each once, with the usage (None if unknown); one that
         raises is logged."""
-        self.acct.settling = None
-        self.settling.discard(self)
+        self.acct.handing_on = None
+        self.in_flight.discard(self)
         waiting, self.waiting = self.waiting, []
         usage = self.acct.usage_json()
         for send in waiting:

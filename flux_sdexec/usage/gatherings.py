@@ -148,7 +148,7 @@ class Gatherings:
                 self._pass_on(jobid, job.gather, rows, missing, False, out)
         return out
 
-    def settling(self, jobid):
+    def waiting_to_begin(self, jobid):
         """Rows of job ``jobid`` are kept here until its gathering can begin (its ranks
         being looked up, or at rank 0 its record read back): not merged or passed on yet."""
         job = self.jobs.get(jobid)
@@ -206,7 +206,7 @@ class Gatherings:
         job = self.jobs.get(jobid)
         if job is None:
             job = self.jobs[jobid] = _Job()
-            self._forget_old()
+            self._drop_old()
             out.append(LookUpRanks(jobid))
         return job
 
@@ -325,7 +325,7 @@ class Gatherings:
         self.counts["records-written"] += 1
         out.append(WriteRecord(jobid, kvs_dir(dothex(jobid)), entries, memo))
 
-    def _forget_old(self):
+    def _drop_old(self):
         """Keep at most REMEMBERED gatherings that ended (the oldest go first): counted,
         not looked for, so a new job does not walk the REMEMBERED kept."""
         excess = self.ended - REMEMBERED

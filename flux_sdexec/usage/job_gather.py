@@ -134,20 +134,20 @@ class JobGather:
         """When the wait is over (None: it has not begun)."""
         return None if self.started is None else self.started + self.wait_s
 
-    def over(self, now):
+    def expired(self, now):
         """The wait began and is over."""
         return self.started is not None and now >= self.deadline()
 
     def due(self, now):
         """Complete, or the wait is over."""
-        return self.complete or self.over(now)
+        return self.complete or self.expired(now)
 
     def take(self, now):
         """What to send up (or write, at rank 0) now: ``(rows, missing)``, each row or mark
         given once (nothing new: two empty dicts). Once the wait is over, a job rank
         expected but not reported is marked missing ("no record within 30 s"); a row that
         comes later, or a better duplicate, is given alone by the next take."""
-        if self.over(now):
+        if self.expired(now):
             why = f"no record within {self.wait_s:g} s"
             for rank in self.unreported():
                 self._missing[rank] = why

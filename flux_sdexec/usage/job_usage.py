@@ -29,7 +29,7 @@ An adopted job shell's record is looked up first (``usage/accounting.py`` says w
 found is kept and nothing is sent or raised (a missing mark found is no record). A job begun
 under the sdexec before this one has its record read back at rank 0, a lookup per rank,
 before its rows are gathered. Every timer is destroyed once done with (the flux handle keeps
-it otherwise), and every callback is guarded. Nothing here blocks or raises into the
+it otherwise), and every callback is shielded. Nothing here blocks or raises into the
 caller: a failure is logged. flux only inside the methods that talk to it.
 """
 
@@ -76,7 +76,7 @@ class JobUsage:
         handle: the module's flux handle.
         log: the module's BrokerLogger.
         rank: this broker's rank; host: this node's host name.
-        watchers: ``broker.watchers.Watchers`` (timers, futures' guarded callbacks).
+        watchers: ``broker.watchers.Watchers`` (timers, futures' shielded callbacks).
         memos: ``broker.memo.JobMemos`` (``post``), the job's memo goes through it.
         registry: the service's Registry: whether a shell of a job still runs here.
     """
@@ -166,7 +166,7 @@ class JobUsage:
             after = self._perform(action)
             if after is not None:
                 carried[action.jobid] = after
-        for jobid in [j for j in self.handing if not self.gatherings.settling(j)]:
+        for jobid in [j for j in self.handing if not self.gatherings.waiting_to_begin(j)]:
             waiting = self.handing.pop(jobid)
             if jobid in carried:
                 carried[jobid].extend(waiting)
@@ -183,12 +183,12 @@ class JobUsage:
 
             future = self.h.rpc(GATHER_TOPIC, action.payload, flux.constants.FLUX_NODEID_UPSTREAM)
             what = f"usage of job {action.jobid}: to the parent broker"
-            return self._hold(future, what, HAND_ON_S)
+            return self._await_answer(future, what, HAND_ON_S)
         if isinstance(action, RaiseOom):
             from flux.job import job_raise_async  # flux's: not in the unit tier
 
             future = job_raise_async(self.h, action.jobid, OOM_TYPE, 1, action.note)
-            self._hold(future, f"usage of job {action.jobid}: oom exception")
+            self._await_answer(future, f"usage of job {action.jobid}: oom exception")
         elif isinstance(action, LookUpRanks):
             self._look_up_ranks(action.jobid)
         elif isinstance(action, ReadRecord):
@@ -214,7 +214,7 @@ class JobUsage:
         for key, value in action.entries.items():
             txn.put(key, value)
         future = flux.kvs.commit_async(self.h, _kvstxn=txn)
-        after = self._hold(future, f"usage of job {action.jobid}", HAND_ON_S)
+        after = self._await_answer(future, f"usage of job {action.jobid}", HAND_ON_S)
         if action.memo is not None:
             self.memos.post(action.jobid, action.memo, f"usage of job {action.jobid}: memo")
         return after
@@ -285,7 +285,7 @@ class JobUsage:
 
         future = self.h.rpc("overlay.health")
         self.pending.add(future)
-        future.then(self.watchers.guard(answered, "overlay.health"))
+        future.then(self.watchers.shield(answered, "overlay.health"))
 
     def _runs_here(self, jobid):
         """Whether a shell of job ``jobid`` runs here still."""
@@ -362,7 +362,7 @@ class JobUsage:
             future = self.h.rpc(LIVE_TOPIC, below, child)
             self.counts["live-asked-down"] += 1
             self.pending.add(future)
-            future.then(self.watchers.guard(lambda f, c=child: answered(f, c), LIVE_TOPIC))
+            future.then(self.watchers.shield(lambda f, c=child: answered(f, c), LIVE_TOPIC))
 
     # ---- the subtree ----
 
@@ -390,7 +390,7 @@ class JobUsage:
 
         future = self.h.rpc("overlay.topology", {"rank": self.rank})
         self.pending.add(future)
-        future.then(self.watchers.guard(answered, "overlay.topology"))
+        future.then(self.watchers.shield(answered, "overlay.topology"))
 
     def stats(self):
         """``flux module stats sdexec``'s ``usage-gather``: messages in and out, records
@@ -442,9 +442,9 @@ class JobUsage:
             on_reply(exc if isinstance(exc, OSError) else OSError(errno.EINVAL, repr(exc)))
             return
         self.pending.add(future)
-        future.then(self.watchers.guard(done, key))
+        future.then(self.watchers.shield(done, key))
 
-    def _hold(self, future, what, timeout=-1.0):
+    def _await_answer(self, future, what, timeout=-1.0):
         """Keep ``future`` until it is answered (or ``timeout`` seconds passed); log its
         error; returns the list of what waits for it (each called then, once)."""
         after = []
@@ -458,7 +458,7 @@ class JobUsage:
             self._call(after)
 
         self.holding[future] = after
-        future.then(self.watchers.guard(done, what), timeout=timeout)
+        future.then(self.watchers.shield(done, what), timeout=timeout)
         return after
 
     def _call(self, waiting):

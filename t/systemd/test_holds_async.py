@@ -139,7 +139,7 @@ def test_an_exec_of_a_name_being_released_waits_for_on_released():
     assert Requests(**parts)._start("msg", req) == unit
     assert after.has(unit=unit) and served == []  # nothing started: no bridge was needed
     releasing.clear()
-    after.gone(unit)  # what the service's on_released does
+    after.released(unit)  # what the service's on_released does
     assert served == ["msg"] and not after.has(unit=unit)
 
 

@@ -60,7 +60,7 @@ class StubWatchers:
     def armed(self):
         return [t for t in self.timers if t.running]
 
-    def guard(self, func, what):
+    def shield(self, func, what):
         return func  # a test sees what a callback raises
 
 

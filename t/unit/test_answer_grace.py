@@ -2,7 +2,7 @@
 
 After a wait is answered the record is hidden, its unit kept loaded for ANSWER_GRACE;
 the answered client disconnecting within it revives the record (collectable by label
-and pid for RECORD_HOLD, handed over by a clean unload); a grace that ends with the
+and pid for CLAIM_WINDOW, handed over by a clean unload); a grace that ends with the
 client connected lets the unit go, as before (a job shell's is kept while its job runs:
 test_answer_kept.py).
 """
@@ -24,19 +24,19 @@ from flux_sdexec.core.events import (
     UnitChanged,
     Unloading,
     WaitRequested,
-    HoldsStart,
+    ClaimsStart,
 )
 from flux_sdexec.core.machine import handle
 from flux_sdexec.core.registry import Registry
-from flux_sdexec.core.states import Hold, ProcState
-from flux_sdexec.core.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
+from flux_sdexec.core.states import Claim, ProcState
+from flux_sdexec.core.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, CLAIM_WINDOW
 
 from helpers import new, pid_of, replay, until_failed
 
 S = ProcState
 LOST = (
     f"shell-0-f1[{pid_of('exit-1')}]: its waiter left within {ANSWER_GRACE:g}s of the answer: "
-    f"collectable for {RECORD_HOLD:g}s"
+    f"collectable for {CLAIM_WINDOW:g}s"
 )
 
 
@@ -106,7 +106,7 @@ def test_client_gone_within_the_grace_revives_the_record_for_the_next_client():
     lost = LOST.replace("shell-0-f1", "L")
     assert handle(p, AnswerMaybeLost(registry.label_taken(p))) == [
         Log(syslog.LOG_INFO, lost),
-        ArmGrace(RECORD_HOLD),
+        ArmGrace(CLAIM_WINDOW),
     ]
     assert p.state is S.ZOMBIE and p.visible and p.wait.answered_to is None
     assert registry.find(-1, "L") is p
@@ -115,11 +115,11 @@ def test_client_gone_within_the_grace_revives_the_record_for_the_next_client():
 
 
 def test_a_revived_record_nobody_collects_is_let_go_after_the_hold():
-    """A waiter that simply exited after its answer leaves the unit for RECORD_HOLD."""
+    """A waiter that simply exited after its answer leaves the unit for CLAIM_WINDOW."""
     p = running()
     collected(p)
     handle(p, AnswerMaybeLost())
-    text = f"shell-0-f1[{p.pid}]: not collected within {RECORD_HOLD:g}s, let go"
+    text = f"shell-0-f1[{p.pid}]: not collected within {CLAIM_WINDOW:g}s, let go"
     assert handle(p, GraceExpired()) == [Log(syslog.LOG_INFO, text), ResetFailedUnit()]
     assert p.state is S.RELEASING and not p.visible
 
@@ -169,10 +169,10 @@ def test_clean_unload_hands_over_a_revived_record_and_stops_an_answered_one():
     for p in (revived, answered):
         collected(p)
     handle(revived, AnswerMaybeLost())
-    keep = handoff.plan_unload([revived, answered], handoff.KEEP_WAITABLE, "run").keep
+    keep = handoff.plan_unload([revived, answered], handoff.KEEP_WAITABLE, "run").hand_over
     assert keep == {"shell-0-f1:t1.service"}
     assert handle(answered, Unloading()) == [ResetFailedUnit(), Reap()]
-    assert handle(revived, Unloading(keep=True))[-1] == Reap()
+    assert handle(revived, Unloading(hand_over=True))[-1] == Reap()
 
 
 def test_the_grace_stops_an_exited_unit_that_did_not_fail():
@@ -212,34 +212,34 @@ def adopted_failed(label="L"):
 
 def test_an_adopted_zombie_is_held_from_the_first_wait_then_let_go():
     """A unit an earlier sdexec left (a revived record handed over, or a shell that ended
-    while sdexec was unloaded) is collectable for RECORD_HOLD counted from the first wait
+    while sdexec was unloaded) is collectable for CLAIM_WINDOW counted from the first wait
     since load (job-exec loaded at last); nobody asking for it then, it goes."""
     p, actions = adopted_failed()
     assert actions[-1] == ArmGrace(FIRST_WAIT_BOUND)
-    assert p.state is S.ZOMBIE and p.visible and p.wait.hold is not Hold.NONE
-    text = f"L[9]: a client waits: collectable for {RECORD_HOLD:g}s"
-    assert handle(p, HoldsStart("a client waits")) == [
+    assert p.state is S.ZOMBIE and p.visible and p.wait.claim is not Claim.NONE
+    text = f"L[9]: a client waits: collectable for {CLAIM_WINDOW:g}s"
+    assert handle(p, ClaimsStart("a client waits")) == [
         Log(syslog.LOG_INFO, text),
-        ArmGrace(RECORD_HOLD),
+        ArmGrace(CLAIM_WINDOW),
     ]
-    text = f"L[9]: not collected within {RECORD_HOLD:g}s, let go"
+    text = f"L[9]: not collected within {CLAIM_WINDOW:g}s, let go"
     assert handle(p, GraceExpired()) == [Log(syslog.LOG_INFO, text), ResetFailedUnit()]
 
 
 def test_an_adopted_zombie_outlasts_the_hold_while_no_wait_came():
-    """A slow rank delays job-exec's load past RECORD_HOLD: the record stays (the hold has
+    """A slow rank delays job-exec's load past CLAIM_WINDOW: the record stays (the hold has
     not begun), the timer armed is the FIRST_WAIT_BOUND."""
     p, actions = adopted_failed()
     text = (
-        f"L[9]: no waiter after adoption: collectable for {RECORD_HOLD:g}s after the first "
+        f"L[9]: no waiter after adoption: collectable for {CLAIM_WINDOW:g}s after the first "
         f"wait (at most {FIRST_WAIT_BOUND:g}s)"
     )
     assert actions[-2:] == [Log(syslog.LOG_INFO, text), ArmGrace(FIRST_WAIT_BOUND)]
     assert FIRST_WAIT_BOUND > 4 * 120  # the upgrade's longest way to job-exec's load
-    text = f"L[9]: job-exec loaded: collectable for {RECORD_HOLD:g}s"
-    assert handle(p, HoldsStart("job-exec loaded")) == [
+    text = f"L[9]: job-exec loaded: collectable for {CLAIM_WINDOW:g}s"
+    assert handle(p, ClaimsStart("job-exec loaded")) == [
         Log(syslog.LOG_INFO, text),
-        ArmGrace(RECORD_HOLD),
+        ArmGrace(CLAIM_WINDOW),
     ]
     waiter = Waiter("job-exec-2")
     assert handle(p, WaitRequested(waiter)) == [AnswerWait(waiter, 3 << 8), ResetFailedUnit()]
@@ -254,16 +254,16 @@ def test_an_adopted_zombie_no_wait_ever_comes_for_goes_at_the_bound():
 def test_an_adopted_process_that_ends_after_the_first_wait_is_held_for_the_hold():
     p = new(["sh"], label="L", background=True, waitable=True, adopted=True)
     handle(p, UnitChanged({"ActiveState": "active", "SubState": "running", "ExecMainPID": 9}))
-    assert handle(p, HoldsStart("a client waits")) == [] and p.state is S.RUNNING
+    assert handle(p, ClaimsStart("a client waits")) == [] and p.state is S.RUNNING
     exited = {"ActiveState": "active", "SubState": "exited", "ExecMainCode": 1}
     actions = handle(p, UnitChanged({**exited, "ExecMainStatus": 0}))
-    assert actions[-1] == ArmGrace(RECORD_HOLD) and p.state is S.ZOMBIE
+    assert actions[-1] == ArmGrace(CLAIM_WINDOW) and p.state is S.ZOMBIE
 
 
 def test_the_first_wait_changes_nothing_for_a_collected_record():
     p, _ = adopted_failed()
-    handle(p, HoldsStart("a client waits"))
-    assert handle(p, HoldsStart("a client waits")) == []
+    handle(p, ClaimsStart("a client waits"))
+    assert handle(p, ClaimsStart("a client waits")) == []
 
 
 def test_an_adopted_zombie_collected_within_the_hold_goes_at_once():
@@ -274,7 +274,7 @@ def test_an_adopted_zombie_collected_within_the_hold_goes_at_once():
     handle(p, UnitChanged(props))
     waiter = Waiter("job-exec-2")
     assert handle(p, WaitRequested(waiter)) == [AnswerWait(waiter, 0), StopUnit()]
-    assert p.wait.hold is Hold.NONE
+    assert p.wait.claim is Claim.NONE
     assert handle(p, GraceExpired()) == []  # the hold's timer, already armed, is stale
 
 
@@ -284,4 +284,4 @@ def test_a_zombie_of_our_own_exec_waits_for_its_wait_unbounded():
     assert replay(p, "exit-1", until=until_failed("exit-1"), since=6)[-1] == Log(
         syslog.LOG_INFO, f"shell-0-f1[{p.pid}]: Exit 1"
     )
-    assert p.state is S.ZOMBIE and p.wait.hold is Hold.NONE
+    assert p.state is S.ZOMBIE and p.wait.claim is Claim.NONE

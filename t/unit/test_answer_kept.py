@@ -112,8 +112,8 @@ def test_a_label_a_new_exec_takes_is_never_revived():
 
 def test_a_clean_unload_hands_a_kept_record_over():
     p, _ = kept()
-    assert handoff.plan_unload([p], handoff.KEEP_WAITABLE, "run").keep == {p.unit.name}
-    assert handle(p, Unloading(keep=True))[-1].__class__.__name__ == "Reap"
+    assert handoff.plan_unload([p], handoff.KEEP_WAITABLE, "run").hand_over == {p.unit.name}
+    assert handle(p, Unloading(hand_over=True))[-1].__class__.__name__ == "Reap"
 
 
 def test_a_process_that_is_no_job_shell_goes_at_the_grace_s_end():
@@ -143,7 +143,7 @@ def test_a_clean_unload_hands_over_a_job_shell_s_record_still_in_its_grace():
     collected(p)
     other = running(label="L", unit="L:t1.service")
     collected(other)
-    assert handoff.plan_unload([p, other], handoff.KEEP_WAITABLE, "run").keep == {p.unit.name}
+    assert handoff.plan_unload([p, other], handoff.KEEP_WAITABLE, "run").hand_over == {p.unit.name}
 
 
 def test_an_adopted_job_shell_record_collected_is_kept_too():

@@ -101,7 +101,7 @@ class Watchers:
     def fd(self, fd, events, func, what):
         return Watcher(func)
 
-    def guard(self, func, what):
+    def shield(self, func, what):
         return func  # a test sees what a callback raises
 
 

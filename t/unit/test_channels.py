@@ -154,7 +154,7 @@ def test_each_line_is_one_response_and_eof_ends_the_stream():
     reactor, log, outbox = Reactor(), Log(), Outbox()
     channel, p, fed = reader(reactor, log, outbox)
     remote = channel.remote.dup()  # systemd's copy; ours is released after the start
-    channel.release_remote()
+    channel.close_remote()
     channel.start()
     remote.sendall(b"one\ntw")
     reactor.run_once()
@@ -326,7 +326,7 @@ def test_stdin_is_queued_until_the_socket_takes_it():
     reactor, log = Reactor(), Log()
     channel = InputChannel(StandInWatchers(reactor, log), log, "sh")
     remote = channel.remote.dup()  # systemd's copy; ours is released after the start
-    channel.release_remote()
+    channel.close_remote()
     data = b"x" * (4 << 20)
     channel.write(data, eof=True)
     assert channel.sock is not None and reactor.active  # queued, waiting to be writable

@@ -244,7 +244,7 @@ class Walk:
     def unload(self):
         """A clean unload; one that may hand the unit over does so half the time."""
         self.unloaded = True
-        self.feed(Unloading(keep=handoff.keepable(self.p) and self.rng.random() < 0.5))
+        self.feed(Unloading(hand_over=handoff.can_hand_over(self.p) and self.rng.random() < 0.5))
 
     def check(self):
         p = self.p

@@ -75,7 +75,7 @@ def test_only_started_waitable_processes_are_kept_while_the_instance_runs():
         ProcState.STARTING,
         ProcState.RELEASING,
     ]
-    assert handoff.plan_unload(procs, handoff.KEEP_WAITABLE, "run").keep == {
+    assert handoff.plan_unload(procs, handoff.KEEP_WAITABLE, "run").hand_over == {
         "run:t1.service",
         "zombie:t1.service",
     }
@@ -96,7 +96,7 @@ def test_nothing_is_kept_at_shutdown_unknown_state_or_stop_all(policy, state):
     """Shutting down, a state the broker cannot tell, or stop-all: every unit stops."""
     procs = [running("run:t1.service")]
     plan = handoff.plan_unload(procs, policy, state)
-    assert plan.stops_all and plan.keep == set() and plan.stop == ("run:t1.service",)
+    assert plan.stops_all and plan.hand_over == set() and plan.stop == ("run:t1.service",)
 
 
 def test_the_plan_names_what_is_stopped_and_the_stop_timers_of_each():
@@ -118,7 +118,7 @@ def test_the_plan_names_what_is_stopped_and_the_stop_timers_of_each():
     handle(gone, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
     assert gone.unit.gone
     plan = handoff.plan_unload([kept, stopped, gone], handoff.KEEP_WAITABLE, "run")
-    assert plan.keep == {"kept:t1.service"} and plan.stop == ("fg:t1.service",)
+    assert plan.hand_over == {"kept:t1.service"} and plan.stop == ("fg:t1.service",)
     assert plan.stop_timers == {
         "kept:t1.service": (30, signal.SIGUSR1),
         "fg:t1.service": (5, signal.SIGTERM),
@@ -139,7 +139,7 @@ def test_a_gone_or_failed_process_is_not_kept():
     assert gone.unit.gone and gone.state is ProcState.ZOMBIE
     failed = running("failed:t1.service")
     failed.error = (errno.EIO, "post-start check failed")
-    assert handoff.plan_unload([gone, failed], handoff.KEEP_WAITABLE, "run").keep == set()
+    assert handoff.plan_unload([gone, failed], handoff.KEEP_WAITABLE, "run").hand_over == set()
 
 
 def test_an_ended_unit_sdexec_holds_loaded_is_kept():
@@ -150,17 +150,17 @@ def test_an_ended_unit_sdexec_holds_loaded_is_kept():
     handle(ended, UnitChanged({"ActiveState": "inactive", "SubState": "dead"}))
     assert ended.unit.gone and ended.state is ProcState.ZOMBIE
     held = {"ended:t1.service"}
-    assert handoff.plan_unload([ended], handoff.KEEP_WAITABLE, "run", held).keep == held
-    assert handoff.plan_unload([ended], handoff.STOP_ALL, "run", held).keep == set()
+    assert handoff.plan_unload([ended], handoff.KEEP_WAITABLE, "run", held).hand_over == held
+    assert handoff.plan_unload([ended], handoff.STOP_ALL, "run", held).hand_over == set()
 
 
 def test_a_kept_unit_is_logged_not_stopped_and_its_parked_wait_gets_enosys():
-    """Unloading(keep=True): ENOSYS to the parked wait, one log line, no StopUnit."""
+    """Unloading(hand_over=True): ENOSYS to the parked wait, one log line, no StopUnit."""
     p = running("run:t1.service")
     waiter = object()
     handle(p, WaitRequested(waiter))
     pid = pid_of("sigterm")
-    assert handle(p, Unloading(keep=True)) == [
+    assert handle(p, Unloading(hand_over=True)) == [
         AnswerWait(waiter, error=(errno.ENOSYS, UNLOADING)),
         Log(
             syslog.LOG_INFO,
@@ -172,7 +172,7 @@ def test_a_kept_unit_is_logged_not_stopped_and_its_parked_wait_gets_enosys():
 
 
 def test_at_a_shutdown_its_jobs_outlive_a_kept_units_wait_is_not_answered():
-    """Unloading(keep=True, answer_wait=False), a shutdown the running jobs outlive: the
+    """Unloading(hand_over=True, answer_wait=False), a shutdown the running jobs outlive: the
     waiter is job-exec, unloaded by the same shutdown, and any answer (an error) would end
     the job it hands to the restarted instance (bgexec raises a fatal exception on a failed
     wait). The wait is let go, saying so; the restarted job-exec waits again."""
@@ -180,7 +180,7 @@ def test_at_a_shutdown_its_jobs_outlive_a_kept_units_wait_is_not_answered():
     waiter = object()
     handle(p, WaitRequested(waiter))
     pid = pid_of("sigterm")
-    assert handle(p, Unloading(keep=True, answer_wait=False)) == [
+    assert handle(p, Unloading(hand_over=True, answer_wait=False)) == [
         Log(
             syslog.LOG_INFO,
             "run:t1.service: its wait is left unanswered: the shutdown hands the unit to the"
@@ -207,7 +207,7 @@ def test_kept_zombie_is_logged_with_its_exited_state():
     replay(p, "exit-1", until=until_failed("exit-1"))
     handle(p, OutputClosed("stdout"))
     pid = pid_of("exit-1")
-    assert handle(p, Unloading(keep=True)) == [
+    assert handle(p, Unloading(hand_over=True)) == [
         Log(
             syslog.LOG_INFO,
             f"left running for the next sdexec: zombie:t1.service (failed.failed, pid {pid})",
@@ -286,11 +286,11 @@ def test_waitable_units_are_kept_at_a_shutdown_their_jobs_outlive(state):
     detached = running("detached:t1.service", waitable=False)
     procs = [running("run:t1.service"), detached]
     plan = handoff.plan_unload(procs, handoff.KEEP_WAITABLE, state, jobs_outlive_shutdown=True)
-    assert not plan.stops_all and plan.keep == {"run:t1.service"}
+    assert not plan.stops_all and plan.hand_over == {"run:t1.service"}
     assert not plan.answer_waits  # job-exec goes with the same shutdown
     assert plan.stop == ("detached:t1.service",)
     plan = handoff.plan_unload(procs, handoff.STOP_ALL, state, jobs_outlive_shutdown=True)
-    assert plan.stops_all and plan.keep == set()
+    assert plan.stops_all and plan.hand_over == set()
 
 
 def test_the_guard_of_a_restart_waits_its_grace_after_the_broker_exits():

@@ -90,11 +90,11 @@ def test_the_new_exec_starts_once_the_old_unit_is_gone():
     msg, started = {"sender": "c1"}, []
     starts.wait("L-0:t1.service", msg, "L", started.append)
     assert starts.has(unit="L-0:t1.service") and starts.has(label="L") and len(starts) == 1
-    starts.gone("other:t1.service")
+    starts.released("other:t1.service")
     assert started == []
-    starts.gone("L-0:t1.service")
+    starts.released("L-0:t1.service")
     assert started == [msg] and sent.served == [(msg, "exec")] and len(starts) == 0
-    starts.gone("L-0:t1.service")  # once only
+    starts.released("L-0:t1.service")  # once only
     assert started == [msg]
 
 
@@ -113,5 +113,5 @@ def test_a_waiting_exec_ends_with_its_client_or_the_unload_never_started():
     starts.cancel_all(errno.ENOSYS, "sdexec module is unloading")
     assert sent.errors[-1] == (a, errno.ENOSYS, "sdexec module is unloading")
     for unit in ("a:t1.service", "b:t1.service", "c:t1.service"):
-        starts.gone(unit)
+        starts.released(unit)
     assert started == [] and len(starts) == 0

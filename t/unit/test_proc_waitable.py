@@ -29,7 +29,7 @@ from flux_sdexec.core.events import (
 )
 from flux_sdexec.core.machine import handle
 from flux_sdexec.core.states import ProcState
-from flux_sdexec.core.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, RECORD_HOLD
+from flux_sdexec.core.waits import ANSWER_GRACE, FIRST_WAIT_BOUND, CLAIM_WINDOW
 
 from helpers import EXEC_FAIL_TEXT, replay, pid_of, fg, waitable, until_failed, new
 
@@ -81,7 +81,7 @@ def test_parked_waiter_answered_at_exit_and_survives_disconnect():
 
 
 def test_adopted_finished_unit_becomes_zombie_without_responses():
-    """A leftover unit found at load (active/exited) is collectable, for RECORD_HOLD from
+    """A leftover unit found at load (active/exited) is collectable, for CLAIM_WINDOW from
     the first wait since load, and answers nothing."""
     proc = new(["sh"], label="L", background=True, waitable=True, adopted=True)
     props = {
@@ -96,7 +96,7 @@ def test_adopted_finished_unit_becomes_zombie_without_responses():
         Log(syslog.LOG_INFO, "L[9]: Exit 4"),
         Log(
             syslog.LOG_INFO,
-            f"L[9]: no waiter after adoption: collectable for {RECORD_HOLD:g}s after the "
+            f"L[9]: no waiter after adoption: collectable for {CLAIM_WINDOW:g}s after the "
             f"first wait (at most {FIRST_WAIT_BOUND:g}s)",
         ),
         ArmGrace(FIRST_WAIT_BOUND),

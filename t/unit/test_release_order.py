@@ -34,8 +34,8 @@ def test_a_start_waiting_for_the_name_goes_after_the_keeper_s_stop():
     seen = []
     bridge = StubBridge()
     ar = StartsAfterRelease(lambda msg, verb, f: f(msg), lambda *a: None, lambda m: "client")
-    holds = Holds(StubLog(), StubWatchers(), on_released=lambda unit, lost: ar.gone(unit))
-    keepers = keepers_on(bridge, ar.gone)
+    holds = Holds(StubLog(), StubWatchers(), on_released=lambda unit, lost: ar.released(unit))
+    keepers = keepers_on(bridge, ar.released)
 
     def start(msg):  # what Requests._start checks before it sends StartTransientUnit
         released = not (holds.releasing(UNIT) or keepers.stopping(UNIT))
@@ -74,9 +74,9 @@ def wired(monkeypatch):
 
     bridge = StubBridge()
     ar = StartsAfterRelease(lambda msg, verb, f: f(msg), lambda *a: None, lambda m: "client")
-    releases = Releases(ar.gone)
-    holds, world, watchers, _ = on_fake_bus(monkeypatch, on_released=releases.hold_over)
-    keepers = keepers_on(bridge, releases.keeper_over)
+    releases = Releases(ar.released)
+    holds, world, watchers, _ = on_fake_bus(monkeypatch, on_released=releases.hold_released)
+    keepers = keepers_on(bridge, releases.keeper_released)
     releases.holds, releases.keepers = holds, keepers
     holds.hold(UNIT)
     start = Started(releases, bridge)

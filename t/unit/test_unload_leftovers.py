@@ -203,7 +203,7 @@ def test_the_slice_of_a_kept_unit_on_its_way_out_at_unload_is_not_stopped(monkey
     svc.feed(p, UnitChanged({"ActiveState": "deactivating", "SubState": "stop-sigterm"}))
     assert p.state is ProcState.RUNNING and p.unit.stopping
     plan = handoff.plan_unload(svc.registry, handoff.KEEP_WAITABLE, handoff.RUN_STATE)
-    assert plan.keep == {unit}
+    assert plan.hand_over == {unit}
     svc.unload(handoff.RUN_STATE)
     assert stops(bridge, own) == []
 
