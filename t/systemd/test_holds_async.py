@@ -24,7 +24,7 @@ from flux_sdexec.core.errors import UnitError  # noqa: E402
 LOG = logging.getLogger("test")
 REQUESTS_PARTS = (
     "log rank settings local_uri namer registry feed responder watchers releases after_release"
-    " lookups listings orphans accounting stats"
+    " lookups listings orphans accounting job_usage stats"
 ).split()
 BOUND = 5.0  # seconds any reactor run below may take
 
