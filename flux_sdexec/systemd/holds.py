@@ -111,9 +111,8 @@ class Holds:
                 self._notify()
                 return
         if unit in self._releasing and unit not in self._after_old:
-            self._connection_done(
-                unit, certain=self._bus is not None
-            )  # nothing left to wait for here
+            # nothing left to wait for here
+            self._connection_done(unit, certain=self._bus is not None)
         self._notify()
 
     def _unref(self, unit):
