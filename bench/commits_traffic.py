@@ -1,12 +1,13 @@
 """The overlay messages at rank 0 when every rank commits its own row (variant ``commits`` of
 bench/gather_vs_commits.py) with no job and no sdexec: an instance that needs no systemd.
 
-    flux start --test-size=64 flux python bench/commits_traffic.py [--reps 3]
+    flux start --test-size=64 flux python bench/commits_traffic.py [--reps 3] [--spread S]
 
 Loads bench/gatherbench.py on every rank, then per repetition publishes ``gatherbench.write``
 for a made-up job id while ``flux overlay trace`` runs at rank 0, and prints a JSON line:
 the messages it saw, rank 0's KVS transactions and root versions, and the time from the
-last rank's event to the last commit answered.
+last rank's write to the last commit answered. ``--spread S``: rank r writes ``S * r / size``
+seconds after the event (shells that end apart), so the KVS has fewer commits to merge.
 """
 
 import argparse
@@ -36,6 +37,7 @@ def kvs_counts(h):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--spread", type=float, default=0.0, help="rank r writes r/size of it late")
     args = ap.parse_args()
     h = flux.Flux()
     size = int(h.attr_get("size"))
@@ -44,8 +46,9 @@ def main():
         jobid = FIRST_ID + rep
         tracer = OverlayTrace()
         before = kvs_counts(h)
-        h.event_send("gatherbench.write", {"jobid": jobid, "row": ROW, "skip": []})
-        time.sleep(2)
+        body = {"jobid": jobid, "row": ROW, "skip": [], "spread_s": args.spread}
+        h.event_send("gatherbench.write", body)
+        time.sleep(2 + args.spread)
         res = {"rep": rep, **tracer.stop(), **delta(before, kvs_counts(h))}
         times = [h.rpc("gatherbench.times", {"jobid": jobid}, nodeid=r).get() for r in range(size)]
         answered = [t["answered"] for t in times if "answered" in t]

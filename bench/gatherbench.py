@@ -1,8 +1,9 @@
 """gatherbench: a broker module that writes one usage row per rank straight to the KVS.
 
 The prototype of bench/gather_vs_commits.py's variant (b). Loaded on every rank, it
-answers the event ``gatherbench.write`` (``{"jobid", "row", "skip"}``): each rank not in
-``skip`` commits its own row as ``job.<id>.sdexec-usage.<rank>``, one commit per rank,
+answers the event ``gatherbench.write`` (``{"jobid", "row", "skip", "spread_s"}``): each rank
+not in ``skip`` commits its own row (rank r after ``spread_s * r / size`` seconds, as shells
+that end apart) as ``job.<id>.sdexec-usage.<rank>``, one commit per rank,
 and the KVS merges the concurrent commits. ``gatherbench.times`` (``{"jobid"}``) answers
 when this rank saw the event and when its commit was answered (epoch seconds).
 """
@@ -20,16 +21,33 @@ class GatherBench(BrokerModule):
     def __init__(self, h, *args):
         super().__init__(h, *args)
         self.rank = h.get_rank()
+        self.size = int(h.attr_get("size"))
         self.times = {}  # jobid -> {"event": t, "answered": t, "error": text}
-        self.pending = set()  # commit futures kept until answered
+        self.pending = set()  # timers and commit futures kept until they fire
 
     @event_handler("write")
     def write(self, msg):
         body = msg.payload
+        if self.rank in body.get("skip", []):
+            self.times[body["jobid"]] = {"event": time.time()}
+            return
+        delay = body.get("spread_s", 0) * self.rank / self.size
+        if delay <= 0:
+            self._commit(body)
+            return
+
+        def due(*_):
+            self.pending.discard(timer)
+            self._commit(body)
+
+        timer = self.handle.timer_watcher_create(delay, due)
+        self.pending.add(timer)
+        timer.start()
+
+    def _commit(self, body):
+        """Commit this rank's row now (the time its shell would end)."""
         jobid = body["jobid"]
         seen = self.times[jobid] = {"event": time.time()}
-        if self.rank in body.get("skip", []):
-            return
         row = dict(body["row"], rank=self.rank)
         txn = flux.kvs.KVSTxn(self.handle)
         txn.put(f"job.{JobID(jobid).dothex}.sdexec-usage.{self.rank}", row)
