@@ -5,9 +5,10 @@ bench/gather_vs_commits.py) with no job and no sdexec: an instance that needs no
 
 Loads bench/gatherbench.py on every rank, then per repetition publishes ``gatherbench.write``
 for a made-up job id while ``flux overlay trace`` runs at rank 0, and prints a JSON line:
-the messages it saw, rank 0's KVS transactions and root versions, and the time from the
-last rank's write to the last commit answered. ``--spread S``: rank r writes ``S * r / size``
-seconds after the event (shells that end apart), so the KVS has fewer commits to merge.
+the messages it saw, rank 0's broker CPU (the tracer's share in it), its KVS transactions and
+root versions, and the time from the last rank's write to the last commit answered.
+``--spread S``: rank r writes ``S * r / size`` seconds after the event (shells that end
+apart), so the KVS has fewer commits to merge.
 """
 
 import argparse
@@ -22,13 +23,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from flux_cmd import run  # noqa: E402
 from gather_vs_commits import HERE, ROW, OverlayTrace, delta  # noqa: E402
+from procfs import cpu_seconds  # noqa: E402
 
 FIRST_ID = 1 << 40  # made-up job ids, far above any this instance gives
 
 
-def kvs_counts(h):
+def counts(h, broker):
+    """Rank 0's broker CPU (its process, schedstat), KVS transactions and root versions."""
     kvs = h.rpc("kvs.stats-get", {}, nodeid=0).get()
     return {
+        "cpu_broker": cpu_seconds(f"/proc/{broker}"),
         "kvs_txns": kvs.get("transaction-opcount", {}).get("commit", {}).get("count", 0),
         "kvs_roots": kvs["namespace"]["primary"]["store revision"],
     }
@@ -41,15 +45,16 @@ def main():
     args = ap.parse_args()
     h = flux.Flux()
     size = int(h.attr_get("size"))
+    broker = int(h.attr_get("broker.pid"))
     run(["flux", "exec", "-r", "all", "flux", "module", "load", str(HERE / "gatherbench.py")], 300)
     for rep in range(args.reps):
         jobid = FIRST_ID + rep
         tracer = OverlayTrace()
-        before = kvs_counts(h)
+        before = counts(h, broker)
         body = {"jobid": jobid, "row": ROW, "skip": [], "spread_s": args.spread}
         h.event_send("gatherbench.write", body)
         time.sleep(2 + args.spread)
-        res = {"rep": rep, **tracer.stop(), **delta(before, kvs_counts(h))}
+        res = {"rep": rep, **tracer.stop(), **delta(before, counts(h, broker))}
         times = [h.rpc("gatherbench.times", {"jobid": jobid}, nodeid=r).get() for r in range(size)]
         answered = [t["answered"] for t in times if "answered" in t]
         res["answered"] = len(answered)
