@@ -6,7 +6,7 @@
 #   1. flux-core's own suites against our modules, under root's user manager
 #      (user@0.service, started by systemd, every controller delegated);
 #   2. our sharness tests whose verdicts depend on the cgroup layout (containment, kernel
-#      limits, usage and OOM), now on v2;
+#      limits, usage and OOM: t0031-t0033), now on v2;
 #   3. the production instance (t/v2/t03*.t): flux-core's flux.service, the flux user's
 #      user@<uid>.service, the real IMP and munge, guests' jobs, `systemctl restart flux`.
 #
@@ -59,15 +59,16 @@ suites() {
 
 part_ours() {
     suites t ${V2_OURS:-t0011-sdexec-mapper.t t0013-sdexec-containment-check.t
-        t0016-sdexec-kernel-limits.t t0045-sdexec-containment-v2.t}
+        t0016-sdexec-kernel-limits.t t0031-sdexec-usage.t t0032-sdexec-usage-tree.t
+        t0033-sdexec-usage-64.t t0045-sdexec-containment-v2.t}
 }
 
 part_production() {
     suites t/v2 t0301-v2-flux-service.t
 }
 
-say "$(uname -sr), systemd $(systemctl --version | sed -n 's/^systemd \([0-9]*\).*/\1/p')" \
-    "as pid 1, /sys/fs/cgroup is $(stat -fc %T /sys/fs/cgroup)," \
+say "Debian $(cat /etc/debian_version), $(uname -sr)," \
+    "$(systemctl --version | head -1) as pid 1, /sys/fs/cgroup is $(stat -fc %T /sys/fs/cgroup)," \
     "controllers: $(cat /sys/fs/cgroup/cgroup.controllers), $(nproc) CPUs"
 loginctl enable-linger root && systemctl start user@0.service || exit 1
 export XDG_RUNTIME_DIR=/run/user/0 DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/0/bus
