@@ -31,11 +31,11 @@ export PYTHON FLUX_CORE_TARBALL FLUX_SECURITY_TARBALL
 
 # Debian packages: systemd and the test tools; our module's Python dependencies for the
 # distribution's python3 (flux's interpreter: pystemd, cffi, and what flux's own commands
-# import); munge, which signs jobs for flux-security's IMP; qemu and mmdebstrap for the v2
+# import); pip, which installs vermin (a minimal Debian has none); munge, which signs jobs for flux-security's IMP; qemu and mmdebstrap for the v2
 # guest (make vm).
 DEB_DEPS := dbus dbus-user-session systemd libsystemd-dev pkg-config gcc make sharness perl procps \
 	libhwloc15 libhwloc-plugins hwloc-nox python3 python3-pystemd python3-cffi python3-pytest python3-yaml \
-	python3-jsonschema python3-docutils munge curl ca-certificates \
+	python3-jsonschema python3-docutils python3-pip munge curl ca-certificates \
 	qemu-system-x86 qemu-utils mmdebstrap file
 PIP_DEPS := vermin
 
@@ -204,18 +204,24 @@ check-site:
 		t/site/nodes.sh down; exit $$rc; \
 	fi
 
-# The v2 tier: the host every site runs (systemd as pid 1 on unified cgroup v2), as a Debian 12
-# guest under qemu (scripts/vm/, doc/dev/testing.md). `make vm` builds or refreshes its image
-# (VM_DIR, default /var/tmp/flux-sdexec/v2vm; rebuilt when its inputs change); check-v2 boots
-# two fresh copies of it side by side (scripts/vm/check-v2.sh) and runs t/v2/tier.sh there:
-# flux-core's sdexec, sdmon and containment suites in one, our layout-dependent tests and the
-# production instance under flux.service in the other. One
-# SKIP line where this machine cannot run a guest; in CI (CI=true) that is a failure. Without
-# flux-core's build tree (FLUX_CORE_BUILD, else the newest make flux-core kept) make vm builds
-# it first (make flux-core, from the tarball scripts/tarball.sh finds; it installs nothing).
+# The v2 tier: the host every site runs (systemd as pid 1 on unified cgroup v2), as a Debian
+# guest under qemu (scripts/vm/, doc/dev/testing.md). `make vm` builds or refreshes the image of
+# V2_RELEASE (bookworm, the default, or trixie: Debian 13, systemd 257, Linux 6.12; VM_DIR,
+# default /var/tmp/flux-sdexec/v2vm, v2vm-trixie for trixie; rebuilt when its inputs change);
+# check-v2 boots, for each release of V2_RELEASES (default bookworm; `make check-v2
+# V2_RELEASES="bookworm trixie"` adds Debian 13), two fresh copies of its image side by side
+# (scripts/vm/check-v2.sh) and runs t/v2/tier.sh there: flux-core's sdexec, sdmon and
+# containment suites in one, our layout-dependent and usage tests and the production instance
+# under flux.service in the other. One SKIP line where this machine cannot run a guest; in CI
+# (CI=true) that is a failure. Without flux-core's build tree (FLUX_CORE_BUILD, else the newest
+# make flux-core kept) make vm builds it first (make flux-core, from the tarball
+# scripts/tarball.sh finds; it installs nothing); for a release other than this machine's, in
+# a build root of that release (scripts/vm/release-lib.sh).
 V2_TIMEOUT ?= 1800
+V2_RELEASE ?= bookworm
+V2_RELEASES ?= bookworm
 vm:
-	scripts/vm/build.sh
+	V2_RELEASE=$(V2_RELEASE) scripts/vm/build.sh
 
 check-v2:
 	@why=$$(scripts/vm/build.sh --why-not) || \
@@ -224,8 +230,13 @@ check-v2:
 		if [ "$${CI:-}" = true ]; then echo "FAIL: v2 tier cannot run: $$why"; exit 1; fi; \
 		echo "SKIP: v2 tier: $$why"; \
 	else \
-		echo "== tier: v2 guest (systemd as pid 1, unified cgroup v2, flux.service)"; \
-		scripts/vm/build.sh && V2_TIMEOUT=$(V2_TIMEOUT) scripts/vm/check-v2.sh; \
+		rc=0; \
+		for release in $(V2_RELEASES); do \
+			echo "== tier: v2 guest, $$release (systemd as pid 1, unified cgroup v2, flux.service)"; \
+			V2_RELEASE=$$release scripts/vm/build.sh && \
+				V2_RELEASE=$$release V2_TIMEOUT=$(V2_TIMEOUT) scripts/vm/check-v2.sh || rc=1; \
+		done; \
+		exit $$rc; \
 	fi
 
 # The site harness (t/site/, doc/guide/install.md, "Deploying at a site"): as root, a system instance owned by

@@ -7,6 +7,7 @@
 #                     is none, scripts/setup.sh flux-tree)
 #   UPSTREAM_SUITES   which suites (default: the sdexec ones below)
 #   UPSTREAM_RESULTS  where each suite's log goes (default t/upstream-results)
+#   UPSTREAM_TIMEOUT  seconds each suite may run (default 900)
 #
 # The build's C sdexec.so* are moved aside for the run (flux's module search tries `.so*`
 # in every folder before any `.py`) and put back afterwards, also on failure or interrupt.
@@ -25,6 +26,7 @@ BUILD=$(flux_core_build)
 libs="$BUILD/src/modules/.libs"
 aside="$BUILD/.flux-sdexec-aside"
 results=${UPSTREAM_RESULTS:-$repo/t/upstream-results}
+timeout=${UPSTREAM_TIMEOUT:-900}
 mkdir -p "$results" "$aside"
 
 # One run at a time per build tree: the C module is out of place while it runs.
@@ -55,7 +57,7 @@ for suite in $SUITES; do
         failed=1
         continue
     fi
-    (cd "$BUILD/t" && timeout -k 10 900 "./$suite.t" -v) >"$log" 2>&1
+    (cd "$BUILD/t" && timeout -k 10 "$timeout" "./$suite.t" -v) >"$log" 2>&1
     rc=$?
     pass=$(grep -c -E '^ok [0-9]+' "$log" | tr -d '\n')
     skip=$(grep -c -E '^ok [0-9]+ # skip' "$log" | tr -d '\n')
@@ -68,7 +70,7 @@ for suite in $SUITES; do
     fi
     if [ "$rc" -ne 0 ] || [ "$fail" -ne 0 ]; then
         failed=1
-        [ "$rc" -eq 124 ] && echo "$suite: timed out after 900 s"
+        [ "$rc" -eq 124 ] && echo "$suite: timed out after $timeout s"
         grep -E '^not ok [0-9]+' "$log" | sed 's/^/    /'
         echo "    (exit $rc; log: $log); the first failure:"
         "$repo/scripts/first-failure.sh" "$log"

@@ -30,11 +30,13 @@ TARBALL=${FLUX_CORE_TARBALL:-}
 say() { echo "flux-core: $*"; }
 die() { echo "flux-core: $*" >&2; exit 1; }
 
-# Debian packages flux-core's configure needs (from its scripts/install-deps-deb.sh, less docs/tests extras).
+# Debian packages flux-core's configure needs (from its scripts/install-deps-deb.sh, less docs/tests
+# extras). python3-setuptools: configure's Python check imports it (Python 3.12 dropped distutils,
+# which it otherwise falls back on; Debian 13's python3 is 3.13).
 DEB_DEPS="make gcc g++ pkg-config libc6-dev libzmq3-dev uuid-dev libjansson-dev liblz4-dev
     libarchive-dev libhwloc-dev libsqlite3-dev lua5.1 liblua5.1-dev lua-posix libsystemd-dev
-    libsodium-dev libncurses-dev jq time python3-dev python3-cffi python3-yaml python3-jsonschema
-    python3-ply"
+    libsodium-dev libncurses-dev jq time python3-dev python3-setuptools python3-cffi python3-yaml
+    python3-jsonschema python3-ply"
 
 installed_version() {
     local out
@@ -52,7 +54,7 @@ mismatch() {  # why the installed flux-core does not fit what this script builds
     py=$("$PREFIX/bin/flux" python -c 'import sys; print(sys.executable)' 2>/dev/null) || py=none
     [ "$(readlink -f "$py")" = "$(readlink -f "$PYTHON")" ] || { echo "runs Python $py, not $PYTHON"; return; }
     if pkg-config --exists flux-security 2>/dev/null &&
-        ! "$PREFIX/bin/flux" version 2>/dev/null | grep -q '^libflux-security:'; then
+        ! "$PREFIX/bin/flux" version 2>/dev/null | grep '^libflux-security:' >/dev/null; then
         echo "was built without flux-security, which is installed now"
     fi
 }

@@ -29,7 +29,7 @@ DEB_DEPS="make gcc pkg-config libc6-dev libsodium-dev libjansson-dev uuid-dev li
 installed_version() {  # the installed version, if its IMP is there and has PAM support
     local v
     v=$(pkg-config --modversion flux-security 2>/dev/null) || return 1
-    [ -x "$IMP" ] && ldd "$IMP" 2>/dev/null | grep -q libpam || return 1
+    [ -x "$IMP" ] && ldd "$IMP" 2>/dev/null | grep libpam >/dev/null || return 1
     [ "$(printf '%s\n%s\n' "$MIN_VERSION" "$v" | sort -V | head -1)" = "$MIN_VERSION" ] || return 1
     echo "$v"
 }

@@ -6,11 +6,15 @@
 # tier takes about as long as its longest part. The first guest's output is printed as it
 # comes, the second's once both are done; the exit status is 1 when either failed.
 #
-#   FLUX_CORE_BUILD   flux-core's build tree, shared with the first guest (check-upstream.sh)
+#   V2_RELEASE        the guests' Debian release: bookworm (default) or trixie
+#   FLUX_CORE_BUILD   flux-core's build tree, shared with the first guest (check-upstream.sh;
+#                     for a release other than this machine's, the one its build root made)
 #   V2_TIMEOUT        seconds each guest may run (default 1800)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
+# shellcheck source=scripts/vm/release-lib.sh
+. scripts/vm/release-lib.sh
 # shellcheck source=scripts/build-lib.sh
 . scripts/build-lib.sh
 build=$(flux_core_build)
@@ -30,5 +34,5 @@ wait "$ours"
 rc_ours=$?
 echo "check-v2: the second guest (our tests, the production instance):"
 cat "$second"
-echo "check-v2: both guests done in $((SECONDS - start)) s"
+echo "check-v2: both $v2_release guests done in $((SECONDS - start)) s"
 [ "$rc_upstream" = 0 ] && [ "$rc_ours" = 0 ]

@@ -14,12 +14,14 @@
 #   --smp N        virtual CPUs (default VM_SMP, else 3: flux-core's t2416 runs its MULTICORE
 #                  tests only with more than 2 cores)
 #
-# Environment: VM_DIR (the image, default /var/tmp/flux-sdexec/v2vm), VM_MEM (MiB, default
-# 6144), CI (passed to COMMAND). The guest's console goes to VM_DIR/console-<pid>.log, kept
+# Environment: V2_RELEASE (bookworm, the default, or trixie) and VM_DIR (the image, default
+# /var/tmp/flux-sdexec/v2vm, v2vm-trixie for trixie: scripts/vm/release-lib.sh), VM_MEM (MiB,
+# default 6144), CI (passed to COMMAND). The guest's console goes to VM_DIR/console-<pid>.log, kept
 # when the run fails. Runs under TCG: /dev/kvm on these machines hangs a stock guest kernel
 # at its first instruction (seen with and without -cpu host).
 set -uo pipefail
-VM_DIR=${VM_DIR:-/var/tmp/flux-sdexec/v2vm}
+# shellcheck source=scripts/vm/release-lib.sh
+. "$(dirname "$0")/release-lib.sh"
 die() { echo "vm: $*" >&2; exit 1; }
 shares=("$PWD") timeout=1500 smp=${VM_SMP:-3}
 while [ $# -gt 0 ]; do
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ $# -gt 0 ] || die "no command"
-[ -f "$VM_DIR/disk.img" ] || die "no image in $VM_DIR: make vm"
+[ -f "$VM_DIR/disk.img" ] || die "no image in $VM_DIR: make vm V2_RELEASE=$v2_release"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is not installed (make deps)"
 
 ctl=$(mktemp -d "$VM_DIR/run.XXXXXX") || exit 1
