@@ -5,8 +5,9 @@
 #
 #   1. flux-core's own suites against our modules, under root's user manager
 #      (user@0.service, started by systemd, every controller delegated);
-#   2. our sharness tests whose verdicts depend on the cgroup layout (containment, kernel
-#      limits, usage and OOM: t0031-t0033), now on v2;
+#   2. our sharness tests whose verdicts depend on the cgroup layout (containment and kernel
+#      limits), now on v2; the usage tests (t0031-t0033) run when V2_OURS names them (they
+#      take about 37 minutes under TCG, more than the tier's budget: issue 50);
 #   3. the production instance (t/v2/t03*.t): flux-core's flux.service, the flux user's
 #      user@<uid>.service, the real IMP and munge, guests' jobs, `systemctl restart flux`.
 #
@@ -61,8 +62,7 @@ suites() {
 
 part_ours() {
     suites t ${V2_OURS:-t0011-sdexec-mapper.t t0013-sdexec-containment-check.t
-        t0016-sdexec-kernel-limits.t t0031-sdexec-usage.t t0032-sdexec-usage-tree.t
-        t0033-sdexec-usage-64.t t0045-sdexec-containment-v2.t}
+        t0016-sdexec-kernel-limits.t t0045-sdexec-containment-v2.t}
 }
 
 part_production() {
