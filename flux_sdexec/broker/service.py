@@ -281,10 +281,12 @@ class SdexecService:
         )
         if plan.stops_all and len(self.registry):
             policy = self.settings.unload_policy
-            self.log.info(f"unload ({policy}, broker state {broker_state}): stopping every unit")
+            self.log.info(
+                f"unload ({policy}, broker state {plan.broker_state}): stopping every unit"
+            )
         self._refuse_new_work()
         slices = self._hand_over(plan)
-        self._stop_and_guard(plan, slices, broker_state)
+        self._stop_and_guard(plan, slices)
         self._close_systemd()
         self._close_flux()
 
@@ -310,12 +312,12 @@ class SdexecService:
             self.feed(p, Unloading(hand_over=keep, answer_wait=plan.answer_waits))
         return slices
 
-    def _stop_and_guard(self, plan, slices, broker_state):
+    def _stop_and_guard(self, plan, slices):
         """Unload, third, blocking from here on (the reactor is done): stop what goes,
         guard what stays, then see what goes gone."""
         try:
             left = self._stop_what_goes(plan)
-            self._guard_what_stays(plan, slices, broker_state)
+            self._guard_what_stays(plan, slices)
         except UnitError as exc:
             self.log.error(f"unload: {exc}")
             return
@@ -359,7 +361,7 @@ class SdexecService:
             teardown.release_now(self.bridge, self.log, unit, "active", mode="replace")
         return [unit for unit in swept if unit not in plan.stop]
 
-    def _guard_what_stays(self, plan, slices, broker_state):
+    def _guard_what_stays(self, plan, slices):
         """Start the guard unit that holds the units kept (and their slices) for the next
         sdexec, with their stop timers (handoff.py)."""
         if not plan.hand_over or self.broker_pid is None:
@@ -367,7 +369,7 @@ class SdexecService:
         after = plan.guard_after_exit
         if after:
             self.log.info(
-                f"unload (broker state {broker_state}, running jobs outlive it):"
+                f"unload (broker state {plan.broker_state}, running jobs outlive it):"
                 f" {len(plan.hand_over)} job shell(s) kept for {after:g} s after the broker exits"
             )
         units, timers = plan.hand_over | slices, plan.guarded_timers()

@@ -78,6 +78,7 @@ class UnloadPlan:
         answer_waits: the unload answers the parked waits of the units kept (ENOSYS).
         guard_after_exit: seconds the guard of the units kept waits after the broker exits.
         stops_all: the instance ends, or the policy says so: no unit is kept.
+        broker_state: the broker's state the plan was made in (the unload's log names it).
     """
 
     hand_over: frozenset
@@ -86,6 +87,7 @@ class UnloadPlan:
     answer_waits: bool
     guard_after_exit: float
     stops_all: bool
+    broker_state: object = None
 
     def guarded_timers(self):
         """The stop timers of the units kept: the guard's environment carries them."""
@@ -136,6 +138,7 @@ def plan_unload(
         answer_waits=broker_runs or not jobs_outlive_shutdown,
         guard_after_exit=0 if broker_runs else restart_grace,
         stops_all=not stays,
+        broker_state=broker_state,
     )
 
 
