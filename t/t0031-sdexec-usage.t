@@ -28,6 +28,11 @@ export FLUX_EXEC_PATH_PREPEND="$SDEXEC_SRCDIR/cmd"
 BURN="x = 0
 for i in range(43000000): x += i"
 HOLD="b = bytearray(300 << 20)"  # zero-filled: every page touched
+# Busy until canceled (at most 10 minutes): under TCG a fixed short burn can end before the
+# first `flux sdexec usage` answers.
+BURN_UNTIL_CANCELED="import time
+t = time.time()
+while time.time() - t < 600: pass"
 
 # usage_of ID RANK FIELD: one figure of a rank's record, raw (null if none).
 usage_of() {
@@ -82,9 +87,8 @@ test_expect_success 'a 2-node job shows two rows and a total; -o json agrees' '
 	jq -e ".[] | .total.cpu_user_s - ([.ranks[].cpu_user_s] | add) | fabs < 0.00001" two.json
 '
 test_expect_success 'a running job shows rising CPU figures' '
-	id=$(flux submit python3 -c "import time
-t = time.time()
-while time.time() - t < 30: pass") &&
+	id=$(flux submit python3 -c "$BURN_UNTIL_CANCELED") &&
+	test_when_finished "flux cancel $id || :" &&
 	flux job wait-event -t $T -p exec $id shell.start &&
 	flux sdexec usage -o json $id | jq -e ".[].ranks[0].result == null" &&
 	first=$(flux sdexec usage -o json $id | jq ".[].total.cpu_user_s") &&
@@ -93,8 +97,7 @@ while time.time() - t < 30: pass") &&
 		echo "$now $first" | awk "{exit !(\$1 >= \$2 + 0.5)}"
 	} &&
 	sdexec_wait_until rising &&
-	flux sdexec usage $id | grep running &&
-	flux cancel $id
+	flux sdexec usage $id | grep running
 '
 test_expect_success 'a job with no record: exit 1, said on stderr' '
 	test_expect_code 1 flux sdexec usage 12345 2>none.err &&

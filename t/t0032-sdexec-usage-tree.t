@@ -144,14 +144,22 @@ test_expect_success 'the running job is cancelled; its record is complete' '
 	jq -e "[.[].ranks[]] | length == 3" done.json
 '
 test_expect_success 'flux sdexec usage --watch shows CPU% of a running job and ends with it' '
-	id3=$(flux submit -N3 -n3 python3 -c "import time
+	id3=$(flux submit -N3 -n3 python3 -c "import os, time
 t = time.time()
-while time.time() - t < 4: pass") &&
+while not os.path.exists(\"burn.stop\") and time.time() - t < 600:
+    for i in range(1000000): pass") &&
+	test_when_finished "touch burn.stop" &&
 	flux job wait-event -t $T -p exec $id3 shell.start &&
-	flux sdexec usage --watch -i 1 $id3 >watch.out &&
+	{ flux sdexec usage --watch -i 1 $id3 >watch.out & } &&
+	watch=$! &&
+	busy() {
+		awk "\$4 ~ /^[0-9.]+\$/ && \$4 > 10 {busy = 1} END {exit !busy}" watch.out
+	} &&
+	sdexec_wait_until busy &&
+	touch burn.stop &&
+	wait $watch &&
 	test_debug "cat watch.out" &&
 	grep -q "CPU%" watch.out &&
-	awk "\$4 ~ /^[0-9.]+\$/ && \$4 > 10 {busy = 1} END {exit !busy}" watch.out &&
 	tail -4 watch.out >last.out &&
 	test $(grep -c " success\$" last.out) -eq 3
 
