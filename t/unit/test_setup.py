@@ -268,10 +268,10 @@ def test_missing_tree_not_root_is_one_line_with_the_command(tmp_path):
     assert nothing_ran(tmp_path)
 
 
-def test_make_flux_core_restores_a_missing_tree(tmp_path):
-    """flux-core installed (a stand-in flux in FLUX_CORE_PREFIX), FLUX_CORE_BUILD pointing
-    nowhere, no tarball named: make flux-core builds the tree from the vendored tarball (a
-    stand-in whose configure only writes config.h; `make` records) and installs nothing."""
+def _installed_core_and_tarball(tmp_path, unitdir="${prefix}/lib/systemd/system"):
+    """flux-core installed (a stand-in flux in a prefix) and a stand-in tarball whose configure
+    writes config.h and a Makefile naming ``unitdir`` (``make`` records): flux-core.sh's
+    environment, its build tree pointing nowhere. Returns the tarball and the environment."""
     prefix = tmp_path / "prefix"
     (prefix / "bin").mkdir(parents=True)
     python = tmp_path / "python3"
@@ -285,24 +285,42 @@ def test_make_flux_core_restores_a_missing_tree(tmp_path):
     top = tmp_path / "src" / CORE
     top.mkdir(parents=True)
     write_exe(
-        top / "configure", "mkdir -p config\necho '#define HAVE_LIBSYSTEMD 1' >config/config.h\n"
+        top / "configure",
+        "mkdir -p config\necho '#define HAVE_LIBSYSTEMD 1' >config/config.h\n"
+        f"echo 'systemdsystemunitdir = {unitdir}' >Makefile\n",
     )
     (tmp_path / "vendor").mkdir()
     core = tmp_path / "vendor" / f"{CORE}.tar.gz"
     with tarfile.open(core, "w:gz") as tar:
         tar.add(top, arcname=CORE)
-    nowhere = tmp_path / "nowhere"
-    out = run(
-        tmp_path,
-        ["flux-core.sh"],
+    env = dict(
         FLUX_CORE_PREFIX=str(prefix),
         FLUX_PYTHON=str(python),
-        FLUX_CORE_BUILD=str(nowhere),
+        FLUX_CORE_BUILD=str(tmp_path / "nowhere"),
         FLUX_CORE_SHA256=sha256(core),
     )
+    return core, env
+
+
+def test_make_flux_core_restores_a_missing_tree(tmp_path):
+    """flux-core installed, FLUX_CORE_BUILD pointing nowhere, no tarball named: make flux-core
+    builds the tree from the vendored tarball and installs nothing."""
+    core, env = _installed_core_and_tarball(tmp_path)
+    nowhere = tmp_path / "nowhere"
+    out = run(tmp_path, ["flux-core.sh"], **env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"but there is no build tree at {nowhere}" in out.stdout
     assert "building it, installing nothing" in out.stdout
     assert (nowhere / ".flux-sdexec-built").read_text() == sha256(core) + "\n"
     ran = (tmp_path / "ran").read_text()
     assert "make -j" in ran and "make install" not in ran
+
+
+def test_configure_without_systemd_pc_stops_naming_the_package(tmp_path):
+    """Debian 13 without systemd-dev: configure puts flux.service in the prefix itself; the
+    build stops there, naming the package, and keeps no tree."""
+    _, env = _installed_core_and_tarball(tmp_path, unitdir="${prefix}")
+    out = run(tmp_path, ["flux-core.sh"], **env)
+    assert out.returncode != 0
+    assert "install systemd-dev" in out.stderr
+    assert not (tmp_path / "nowhere" / ".flux-sdexec-built").exists()
