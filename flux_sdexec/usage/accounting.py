@@ -7,8 +7,8 @@ source, ``usage.unit_usage``: learnt from the first unit that exits after load, 
 Gets this module sends; slices until then). Under the unit source the shell's figures are
 two Get calls at its exit, sent before its stop, and its answers wait for their replies
 (each bounded by the per-call deadline). When the process is known to have exited, the
-slice's cgroup files are read once (5-7 small files: ~50 µs here) into a ``usage.record.UsageRecord``,
-kept here with the rest of the process's accounting (``_Account``, written by this module
+slice's cgroup files are read once (5-7 small files: ~50 µs here) into a
+``usage.record.UsageRecord``, kept here with the rest of the process's accounting (``_Account``, written by this module
 alone): logged at debug level, answered in ``sdexec.wait`` (field ``usage``), and, for a job
 shell, handed to ``usage.job_usage.JobUsage`` (the job's KVS directory, its ``oom``
 exception). The slice is stopped once the unit is gone. Nothing here blocks or raises into
