@@ -2,17 +2,18 @@
 
 Every job shell sdexec starts (every unit with ``[sdexec] usage = "all"``, none with
 ``"none"``) gets ``Slice=`` a slice of its own (``usage.cgroup_usage``), unless the client
-chose a slice, or, for a job shell, systemd keeps an exited unit's figures (the unit
-source, ``usage.unit_usage``: learnt from the first unit that exits after load, whose two
-Gets this module sends; slices until then). Under the unit source the shell's figures are
-two Get calls at its exit, sent before its stop, and its answers wait for their replies
-(each bounded by the per-call deadline). When the process is known to have exited, the
-slice's cgroup files are read once (5-7 small files: ~50 µs here) into a
-``usage.record.UsageRecord``, kept here with the rest of the process's accounting (``_Account``, written by this module
-alone): logged at debug level, answered in ``sdexec.wait`` (field ``usage``), and, for a job
-shell, handed to ``usage.job_usage.JobUsage`` (the job's KVS directory, its ``oom``
-exception). The slice is stopped once the unit is gone. Nothing here blocks or raises into
-the caller: a failed read is logged.
+chose a slice, or, for a job shell, systemd keeps an exited unit's figures (the unit source,
+``usage.unit_usage``: learnt from the first unit that exits after load, whose two Gets this
+module sends; slices until then). Under the unit source the shell's figures are two Get
+calls at its exit, sent before its stop, and its answers wait for their replies (each
+bounded by the per-call deadline). When the process is known to have exited, the slice's
+cgroup files are read once (5-7 small files: ~50 µs here) into a
+``usage.record.UsageRecord``, kept here with the rest of the process's accounting
+(``_Account``, written by this module alone): logged at debug level, answered in
+``sdexec.wait`` (field ``usage``), and, for a job shell, handed to
+``usage.job_usage.JobUsage`` (the job's KVS directory, its ``oom`` exception). The slice is
+stopped once the unit is gone. Nothing here blocks or raises into the caller: a failed read
+is logged.
 
 A job shell's end is answered (job-exec's wait, bulk-exec's last responses) once its row
 is handed on (``JobUsage.shell_ended``): so rank 0 has written the job's record and posted
