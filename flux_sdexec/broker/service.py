@@ -128,8 +128,9 @@ class SdexecService:
         host = socket.gethostname()
         self.job_usage = jobs = JobUsage(handle, log, rank, host, watchers, self.memos, registry)
         self.accounting = Accounting(
-            log, rank, host, self.settings, registry, bridge, sweeper, jobs
-        )
+            log, rank, host, self.settings, registry, bridge, sweeper, jobs,
+            sent=bus.sent, deadline=calls.deadline,
+        )  # fmt: skip
         # waitable units stay loaded once ended (holds.py), notify ones through a bus loss
         # (keepers.py); a start of a name whose hold and keeper are not both released yet
         # waits for them (after_release.py)
@@ -260,6 +261,7 @@ class SdexecService:
             "orphan-checks": self.orphans.checks,
             "orphans-stopped": self.orphans.stopped,
             "usage-gather": self.job_usage.stats(),
+            "usage-source": self.accounting.source.stats(),
         }
 
     def unload(self, broker_state):

@@ -3,8 +3,9 @@
 ``judge`` turns one rank's ``sdexec.stats-get`` answer (or its error, or its silence)
 into a record; ``fold`` groups records that differ only in rank, host and process
 counts (the counts are summed); ``lines`` prints the groups as one table plus a line
-per unhealthy group, per constraint not enforced and per reason constraints are
-unenforceable on the host. Pure: stdlib only (hostlists come from a function the caller
+per unhealthy group, per constraint not enforced, per reason constraints are
+unenforceable on the host, and where job shells' usage is read from when not from their
+units (``usage/unit_usage.py``). Pure: stdlib only (hostlists come from a function the caller
 passes).
 """
 
@@ -33,7 +34,10 @@ KEYS = (
     "policy",
     "not_enforced",
     "unenforceable",
+    "usage",
+    "usage_note",
 )
+LEARNING = "learning"  # the usage column of a rank that has not learnt its source yet
 
 
 def _not_enforced(containment):
@@ -46,6 +50,18 @@ def _not_enforced(containment):
         if isinstance(entry, dict) and entry.get("not-enforced"):
             found[name] = entry.get("last_reason") or ""
     return found
+
+
+def _usage(source):
+    """``(usage column, note)`` of a rank's ``usage-source`` (None: an sdexec without it):
+    ``unit``; ``slice`` with why; ``learning``, read from slices meanwhile."""
+    if not source:
+        return None, None
+    if source.get("source") == "unit":
+        return "unit", None
+    if source.get("source") is None:
+        return LEARNING, f"slice (learning: {source.get('reason')})"
+    return "slice", f"slice: {source.get('reason')}"
 
 
 def _blank(rank, host, state, detail):
@@ -82,6 +98,7 @@ def judge(rank, host, answer=None, error=None, timeout=None):
     policy = containment.get("policy")
     missing = _not_enforced(containment)
     state = NOT_ENFORCED if missing and policy == "enforce" else OK
+    usage, usage_note = _usage(answer.get("usage-source"))
     return {
         "rank": rank,
         "host": host,
@@ -97,6 +114,8 @@ def judge(rank, host, answer=None, error=None, timeout=None):
         "policy": policy,
         "not_enforced": missing,
         "unenforceable": dict(containment.get("unenforceable") or {}),
+        "usage": usage,
+        "usage_note": usage_note,
         "tracked": sum(tracked.values()),
         "running": tracked.get("starting", 0) + tracked.get("running", 0),
         "zombie": tracked.get("zombie", 0),
@@ -148,6 +167,7 @@ COLUMNS = (
     ("UNENFORCEABLE", "never"),
     ("POLICY", "policy"),
     ("NOT-ENFORCED", "constraints"),
+    ("USAGE", "usage"),
     ("MODULE", "module"),
 )
 
@@ -177,4 +197,6 @@ def lines(groups, hostlist=",".join):
             by_reason.setdefault(reason, []).append(name)
         for reason, names in by_reason.items():
             notes.append(f"{where}: {','.join(names)} unenforceable: {reason}")
+        if g["usage_note"]:
+            notes.append(f"{where}: usage source: {g['usage_note']}")
     return render(COLUMNS, rows) + notes

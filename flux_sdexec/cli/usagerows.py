@@ -44,19 +44,23 @@ def recorded(records):
     return [r for r in records if "missing" not in r]
 
 
+def _cpu(record):
+    """A record's CPU seconds: ``cpu_s``, or user plus system (a record without it)."""
+    if record.get("cpu_s") is not None:
+        return record["cpu_s"]
+    split = [record.get(k) for k in ("cpu_user_s", "cpu_sys_s")]
+    return None if None in split else sum(split)
+
+
 def cpu_percent(before, after, seconds):
     """``{rank: CPU%}`` of the ranks in both samples (``{rank: record}``), ``seconds``
-    apart: user and system CPU over the wall time, 100 per CPU busy."""
+    apart: the CPU used over the wall time, 100 per CPU busy."""
     out = {}
     for rank, now in after.items():
         then = before.get(rank)
-        used = [
-            now.get(k) - then.get(k)
-            for k in ("cpu_user_s", "cpu_sys_s")
-            if then and now.get(k) is not None and then.get(k) is not None
-        ]
-        if used and seconds > 0:
-            out[rank] = round(100 * sum(used) / seconds, 1)
+        used = (_cpu(now), _cpu(then) if then else None)
+        if None not in used and seconds > 0:
+            out[rank] = round(100 * (used[0] - used[1]) / seconds, 1)
     return out
 
 

@@ -191,7 +191,9 @@ class SdProc:
         self.wait = Wait(adopted, cmd.waitable)  # its waiter, grace and claim window (waits.py)
         self.state = ProcState.STARTING  # where the process is (table.py)
         self.orphan = None  # why it is stopped: its job is over (orphans.py)
-        self.accounted = False  # it runs in an accounting slice of its own (machine.py)
+        # its usage is read at its exit, from its accounting slice or its unit, or its exit
+        # may tell where usage is read from (machine.py's usage rule, usage/accounting.py)
+        self.accounted = False
 
     def draft(self, unit=None):
         """A copy that a handler may change; ``commit()`` adopts it if the table allows.

@@ -69,6 +69,7 @@ from flux_sdexec.core.errors import UnitError
 
 UNIT_PREFIX = b"/org/freedesktop/systemd1/unit"
 PROPERTIES = b"org.freedesktop.DBus.Properties"
+SERVICE = "org.freedesktop.systemd1.Service"
 CALL_TIMEOUT_SEC = 25.0  # sd-bus's default for a blocking call
 LOST = "lost connection to systemd"
 
@@ -278,6 +279,15 @@ class SystemdBridge:
         path = sdbus.path_encode(UNIT_PREFIX, unit)
         decode = self._reads.decode_all
         self._call(b"GetAll", b"s", ("",), on_reply, timeout, target=(path, PROPERTIES, decode))
+
+    def get_property(self, unit, name, on_reply, timeout=CALL_TIMEOUT_SEC, iface=SERVICE):
+        """Get(iface, name) of the unit, sent without waiting: a later pump() calls
+        ``on_reply(None, value)`` (a basic type) or ``on_reply(UnitError)``. Answered after
+        every call sent before it, before every call sent after it (an exited unit's
+        figures: before the stop that follows)."""
+        path = sdbus.path_encode(UNIT_PREFIX, unit)
+        target = (path, PROPERTIES, sdbus.read_variant)
+        self._call(b"Get", b"ss", (iface, name), on_reply, timeout, target=target)
 
     @property
     def lost(self):

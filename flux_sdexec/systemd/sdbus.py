@@ -393,6 +393,20 @@ _VALUE = {
 }
 
 
+def read_variant(m):
+    """A Properties.Get answer: the value its variant holds (one of the basic types above)."""
+    typep, contents = ffi.new("char *"), ffi.new("const char **")
+    check(lib.sd_bus_message_peek_type(m, typep, contents), "read variant")
+    sig = ffi.string(contents[0]) if contents[0] != ffi.NULL else b""
+    if sig not in _VALUE:
+        raise OSError(errno.EPROTO, f"a variant of type {sig!r}")
+    ctype, convert = _VALUE[sig]
+    valp = ffi.new(ctype)
+    check(lib.sd_bus_message_enter_container(m, b"v", sig), "read variant")
+    check(lib.sd_bus_message_read_basic(m, sig, valp), "read variant")
+    return convert(valp)
+
+
 def _rewind(m, head):
     lib.sd_bus_message_rewind(m, 1)
     if head:

@@ -1,14 +1,19 @@
-"""What each unit used, read from its accounting slice, and handed to its job.
+"""What each unit used, read from its accounting slice or its unit, and handed to its job.
 
 Every job shell sdexec starts (every unit with ``[sdexec] usage = "all"``, none with
 ``"none"``) gets ``Slice=`` a slice of its own (``usage.cgroup_usage``), unless the client
-chose a slice. When the process is known to have exited, the slice's cgroup
-files are read once (5-7 small files: ~50 µs here) into a ``usage.record.UsageRecord``,
-kept here with the rest of the process's accounting (``_Account``, written by this module
-alone): logged at debug level, answered in ``sdexec.wait`` (field ``usage``), and, for a job
-shell, handed to ``usage.job_usage.JobUsage`` (the job's KVS directory, its ``oom``
-exception). The slice is stopped once the unit is gone. Nothing here blocks or raises into
-the caller: a failed read is logged.
+chose a slice, or, for a job shell, systemd keeps an exited unit's figures (the unit source,
+``usage.unit_usage``: learnt from the first unit that exits after load, whose two Gets this
+module sends; slices until then). Under the unit source the shell's figures are two Get
+calls at its exit, sent before its stop, and its answers wait for their replies (each
+bounded by the per-call deadline). When the process is known to have exited, the slice's
+cgroup files are read once (5-7 small files: ~50 µs here) into a
+``usage.record.UsageRecord``, kept here with the rest of the process's accounting
+(``_Account``, written by this module alone): logged at debug level, answered in
+``sdexec.wait`` (field ``usage``), and, for a job shell, handed to
+``usage.job_usage.JobUsage`` (the job's KVS directory, its ``oom`` exception). The slice is
+stopped once the unit is gone. Nothing here blocks or raises into the caller: a failed read
+is logged.
 
 A job shell's end is answered (job-exec's wait, bulk-exec's last responses) once its row
 is handed on (``JobUsage.shell_ended``): so rank 0 has written the job's record and posted
@@ -30,6 +35,7 @@ Imports no CLI module and nothing of flux.
 """
 
 import errno
+import functools
 import json
 import os
 import posixpath
@@ -40,12 +46,16 @@ from flux_sdexec.containment import cgroups
 from flux_sdexec.core.errors import UnitError
 from flux_sdexec.core.properties import PREFIX
 from flux_sdexec.core.shelljobs import shell_job
-from flux_sdexec.usage import cgroup_usage
+from flux_sdexec.usage import cgroup_usage, unit_usage
 from flux_sdexec.usage.oom_log import OomLog
+from flux_sdexec.usage.unit_usage import SLICE, UNIT, UsageSource
 
 UNKNOWN_PARENT = (
     "where the accounting slices are is not known yet (no unit's process seen alive since load)"
 )
+UNKNOWN_CGROUP = "the unit's cgroup is not known (its process not seen running)"
+DEFAULT_SLICE = "app.slice"  # where a unit runs without a Slice= of its own
+KEPT = ("active", "failed")  # a unit in these states is loaded: systemd has its figures
 
 
 class Accounting:
@@ -60,6 +70,8 @@ class Accounting:
         sweeper: the Sweeper: a unit in it is let go; a slice whose stop failed goes to it.
         jobs: the ``usage.job_usage.JobUsage`` a job shell's record goes to.
         proc: the /proc root; kmsg: the kernel log (v1 OOM kills).
+        sent: ``sent()`` after a call sent without waiting (arms its deadline: BusWatcher).
+        deadline: ``deadline()``, the seconds a call waits for its reply (Calls).
     """
 
     def __init__(
@@ -74,11 +86,15 @@ class Accounting:
         jobs,
         proc="/proc",
         kmsg="/dev/kmsg",
+        sent=lambda: None,
+        deadline=lambda: 25.0,
     ):
         self.log, self.rank, self.host, self.settings = log, rank, host, settings
         self.registry = registry
         self.bridge, self.sweeper, self.jobs = bridge, sweeper, jobs
         self.proc = proc
+        self.sent, self.deadline = sent, deadline
+        self.source = UsageSource()  # where job shells' usage is read (usage/unit_usage.py)
         try:
             with open(f"{proc}/self/mountinfo") as f:
                 self.mounts = cgroups.parse_mounts(f.read())
@@ -96,44 +112,126 @@ class Accounting:
 
     def place(self, p, props):
         """The start ``props`` of ``p`` with a slice of its own, if ``[sdexec] usage`` has
-        its usage read (unchanged if the client chose a slice: then nothing is read)."""
+        its usage read (unchanged if the client chose a slice: then nothing is read), except
+        a job shell's once systemd is known to keep an exited unit's figures (the unit
+        source). While the source is not known, every unit's exit is heard (``accounted``):
+        the first one's figures tell (``read_usage``)."""
         scope, job = self.settings.usage, shell_job(p)
         if scope == "none" or (scope == "jobs" and job is None) or PREFIX + "Slice" in p.cmd.opts:
+            if self.source.source is None:
+                p.accounted = True
+            return props
+        if job is not None and self.source.source == UNIT:
+            self._account(p, None, job)
             return props
         name = cgroup_usage.accounting_slice(p.unit.name, os.urandom(4).hex())
         if name is None:
             return props
+        self._account(p, name, job)
+        return props + [("Slice", "s", name)]
+
+    def _account(self, p, name, job):
+        """``p``'s usage is read, from slice ``name`` (None: from the unit)."""
         acct = self.accounts[p] = _Account(name, job)
         p.accounted = True
-        if acct.job is not None:
-            self.jobs.shell_started(acct.job)
-        return props + [("Slice", "s", name)]
+        if job is not None:
+            self.jobs.shell_started(job)
+        return acct
 
     def adopted(self, p, props):
         """An adopted unit's slice, from what systemd says (``props``); a job shell's record
         is looked up before one is written (the module docstring), and what its job's
         gathering needs is asked now, as at a start (after an upgrade: the record read back
-        before the shell ends, so the memo is not late)."""
-        if cgroup_usage.is_accounting_slice(props.get("Slice")):
-            acct = self.accounts[p] = _Account(props["Slice"], shell_job(p))
-            p.accounted = True
-            if acct.job is not None:
-                self.jobs.shell_started(acct.job)
-                exit_usec = props.get("ExecMainExitTimestamp")
-                acct.look_up_first = True
-                acct.exited_at = exit_usec / 1e6 if exit_usec else None
+        before the shell ends, so the memo is not late). A job shell in no slice of ours
+        (in ``app.slice``) was started under the unit source, or by an sdexec that read no
+        usage: its figures are asked of systemd at its exit, unless this sdexec has learnt
+        that systemd keeps none."""
+        job, where = shell_job(p), props.get("Slice")
+        if cgroup_usage.is_accounting_slice(where):
+            acct = self._account(p, where, job)
+        elif job is not None and where == DEFAULT_SLICE and self._unit_source_possible():
+            acct = self._account(p, None, job)
+        else:
+            return
+        if job is not None:
+            exit_usec = props.get("ExecMainExitTimestamp")
+            acct.look_up_first = True
+            acct.exited_at = exit_usec / 1e6 if exit_usec else None
+
+    def _unit_source_possible(self):
+        return self.settings.usage != "none" and self.source.source != SLICE
 
     def find_slices(self, p):
         """``p`` runs (FindSlices): learn where the accounting slices are from its cgroup,
-        if ``p`` has one and they are not known yet."""
-        if self.parent is None and p in self.accounts:
-            self.parent = self._slices_parent(p.unit.pid, p.unit.name)
+        if ``p`` has one and they are not known yet; a unit read from systemd at its exit:
+        its own cgroup, read while it runs (``records``)."""
+        acct = self.accounts.get(p)
+        if acct is None or (acct.slice is not None and self.parent is not None):
+            return
+        own = self._own_cgroup(p.unit.pid, p.unit.name)
+        if acct.slice is None:
+            acct.cgroup = own
+        elif own is not None:
+            self.parent = posixpath.dirname(posixpath.dirname(own))
 
     def read_usage(self, p):
-        """``p``'s exit is known (ReadUsage): read its slice, once."""
+        """``p``'s exit is known (ReadUsage): read its slice, once, or ask systemd for its
+        figures; the first exit of a unit still loaded asks them to learn the source."""
         acct = self.accounts.get(p)
-        if acct is not None and acct.usage is None and acct.handing_on is None:
-            self._exited(p, acct)
+        fresh = acct is not None and acct.usage is None and acct.handing_on is None
+        from_unit = fresh and acct.slice is None
+        learn = self.source.learning and p.unit.active_state in KEPT
+        if fresh and not from_unit:
+            self._exited(p, acct, self._record(p, acct, acct.exited_at))
+        if from_unit or learn:
+            self._ask(p, acct if from_unit else None, learn)
+
+    def _ask(self, p, acct, learn):
+        """Get the exited unit's ASKED figures, pipelined, without waiting: learn the source
+        from them (``learn``), and make ``acct``'s record of them (unless None). Each Get has
+        the per-call deadline: an unanswered one ends as ETIMEDOUT, its figure absent."""
+        started, u = p.unit.started_at, p.unit
+        wall = (acct.exited_at if acct and acct.exited_at else time.time()) - started
+        wall = wall if started else None
+        waiting = None
+        if acct is not None:  # its answers wait for the record (after_usage)
+            waiting = acct.handing_on = _HandingOn(p, acct, None, self.handing_on, self.log)
+            self.handing_on.add(waiting)
+        self.source.asking = self.source.asking or learn
+        answers = {}
+
+        def answered(name, exc, value=None):
+            answers[name] = exc if exc is not None else value
+            if len(answers) < len(unit_usage.ASKED):
+                return
+            try:
+                if learn:
+                    self._learnt(answers)
+                if waiting is not None and acct.handing_on is waiting:  # not flushed (unload)
+                    policy = p.cmd.opts.get(PREFIX + "OOMPolicy")
+                    result = u.result or "success"
+                    read = unit_usage.record(answers, wall, result, u.wait_status, policy)
+                    self._exited(p, acct, read, waiting)
+            except Exception as exc:  # in a pump(): log it, never leave the answers waiting
+                self.log.error(f"{p.unit.name}: usage: {exc!r}")
+                if waiting is not None and acct.handing_on is waiting:
+                    waiting.send_waiting()
+
+        for name in unit_usage.ASKED:
+            on_reply = functools.partial(answered, name)
+            try:
+                self.bridge.get_property(p.unit.name, name, on_reply, timeout=self.deadline())
+            except UnitError as exc:
+                on_reply(exc)
+        self.sent()
+
+    def _learnt(self, answers):
+        """The first exited unit's figures came: the source, logged once decided."""
+        self.source.answered(answers)
+        if self.source.source == UNIT:
+            self.log.info("usage: read from each exited job shell's unit (systemd keeps it)")
+        elif self.source.source == SLICE:
+            self.log.info(f"usage: read from each job shell's slice: {self.source.reason}")
 
     def done(self, p):
         """``p`` is done (StopSlice): stop its slice when its unit goes.
@@ -148,6 +246,8 @@ class Accounting:
         if acct is None:
             return
         acct.look_up_first = False
+        if acct.slice is None:
+            return
         swept = p.unit.name in self.sweeper  # its start unanswered, say
         sent = p.calls.stop_sent or p.calls.reset_sent
         going = p.unit.gone or p.unit.stopping or sent or swept
@@ -169,10 +269,10 @@ class Accounting:
         except UnitError as exc:
             on_reply(exc)
 
-    def _slices_parent(self, pid, unit):
-        """The cgroup path the accounting slices sit in (``app-sdexec.slice``'s), from where
-        process ``pid`` of ``unit`` (which runs in one) is; None when the process is gone
-        already (the next unit tells) or in no cgroup of the unit."""
+    def _own_cgroup(self, pid, unit):
+        """The cgroup path of ``unit`` (in an accounting slice: its parent's parent is
+        ``app-sdexec.slice``'s), from where its process ``pid`` is; None when the process is
+        gone already (the next unit tells) or in no cgroup of the unit."""
         try:
             with open(f"{self.proc}/{pid}/cgroup") as f:
                 paths = cgroups.parse_proc_cgroup(f.read())
@@ -181,7 +281,7 @@ class Accounting:
         for hierarchy in (cgroups.V2, "name=systemd"):
             own = cgroups.unit_dir(paths.get(hierarchy), unit)
             if own is not None:
-                return posixpath.dirname(posixpath.dirname(own))
+                return own
         return None
 
     def after_usage(self, p, send):
@@ -206,7 +306,7 @@ class Accounting:
         """The accounting slices of ``procs`` (the guard of handed-over units stops them too,
         should no sdexec take the units over; a load stops the others it finds)."""
         accounts = (self.accounts.get(p) for p in procs)
-        return {acct.slice for acct in accounts if acct is not None}
+        return {acct.slice for acct in accounts if acct is not None and acct.slice is not None}
 
     def hand_over(self, procs):
         """At unload, before the last inputs: the slices of ``procs``, the processes handed
@@ -250,8 +350,10 @@ class Accounting:
         running = acct.usage is None and handing_on is None
         if acct.usage is not None:
             rec = acct.usage
-        else:
-            rec = handing_on.read if handing_on else self._record(p, acct.slice)
+        elif handing_on is not None and handing_on.read is not None:
+            rec = handing_on.read
+        else:  # running, or its figures asked of systemd: what its cgroup has now
+            rec = self._record(p, acct)
         return rec.live(p.unit.name, acct.job, running)
 
     def close(self):
@@ -278,32 +380,43 @@ class Accounting:
 
         return read
 
-    def _record(self, p, name, exited_at=None):
-        """The UsageRecord of ``p``, whose slice is ``name``, read now; ``exited_at``: when
-        it exited, if before now."""
+    def _record(self, p, acct, exited_at=None):
+        """The UsageRecord of ``p`` read now from its slice's cgroup (its own cgroup's, read
+        from the unit at its exit); ``exited_at``: when it exited, if before now."""
         started = p.unit.started_at
         wall = (exited_at or time.time()) - started if started else None
         u = p.unit
-        read = self._read(f"{self.parent}/{name}")
-        missing = None if self.parent is not None else UNKNOWN_PARENT
+        if acct.slice is not None:
+            where = f"{self.parent}/{acct.slice}" if self.parent is not None else None
+            missing = UNKNOWN_PARENT
+        else:
+            where, missing = acct.cgroup, UNKNOWN_CGROUP
+        read = self._read(where)
+        missing = None if where is not None else missing
         result, status = (u.result or "success", u.wait_status) if u.finished else (None, None)
-        kills = self.oom_log.kills(name, u.finished) if self.oom_log else None
+        slice_ = acct.slice
+        kills = self.oom_log.kills(slice_, u.finished) if self.oom_log and slice_ else None
         return cgroup_usage.record(self.layout, read, kills, wall, result, status, missing)
 
-    def _exited(self, p, acct):
-        """Read ``p``'s slice at its exit (it goes once p is done); a job shell's record
+    def _exited(self, p, acct, read, handing_on=None):
+        """``p``'s record ``read`` at its exit (from its slice, which goes once p is done, or
+        from its unit: ``handing_on`` waited for systemd's answers); a job shell's record
         goes to its job, and its usage is known once handed on (an adopted one's: once
         its job's record is looked up, first) (the module docstring)."""
-        read = self._record(p, acct.slice, acct.exited_at)
         self.log.debug(f"{p.unit.name}: usage {json.dumps(read.to_json(), sort_keys=True)}")
         if acct.job is None:
             acct.usage = read
+            if handing_on is not None:
+                handing_on.handed_on(read)
             return
         look_up_first, acct.look_up_first = acct.look_up_first, False
         if not look_up_first:
             acct.usage = read
-        handing_on = acct.handing_on = _HandingOn(p, acct, read, self.handing_on, self.log)
-        self.handing_on.add(handing_on)
+        if handing_on is None:
+            handing_on = _HandingOn(p, acct, read, self.handing_on, self.log)
+            self.handing_on.add(handing_on)
+        handing_on.read = read
+        acct.handing_on = handing_on
         memory_max = p.cmd.opts.get(PREFIX + "MemoryMax")
         self.jobs.shell_ended(
             acct.job, p.unit.name, read, memory_max, handing_on.handed_on, look_up_first
@@ -316,6 +429,7 @@ class _Account:
 
     __slots__ = (
         "slice",
+        "cgroup",
         "job",
         "usage",
         "look_up_first",
@@ -326,7 +440,8 @@ class _Account:
     )
 
     def __init__(self, name, job):
-        self.slice = name  # the accounting slice it runs in
+        self.slice = name  # the accounting slice it runs in; None: read from the unit
+        self.cgroup = None  # the unit's own cgroup, read from the unit: seen running
         self.job = job  # the job (f58plain) it is the shell of, or None
         self.usage = None  # its UsageRecord, read at its exit (or its job's, adopted)
         self.look_up_first = False  # an adopted job shell whose job's record may exist already
@@ -342,7 +457,8 @@ class _Account:
 
 class _HandingOn:
     """One job shell's end being handed on (its job's record looked up first, adopted):
-    the record read at its exit, and the sends (after_usage) that wait for the usage."""
+    the record read at its exit (None while systemd's figures are asked), and the sends
+    (after_usage) that wait for the usage."""
 
     __slots__ = ("p", "acct", "read", "waiting", "in_flight", "log")
 

@@ -4,9 +4,11 @@ A unit's own cgroup is gone the moment its last process exits, before sdexec hea
 the exit, and systemd 252 keeps no figures for it on the hybrid layout. So every unit sdexec
 starts runs in a slice of its own (``accounting_slice``), which outlives it until sdexec
 stops it: a parent cgroup keeps what its removed children used (unified ``cpu.stat``,
-v2 ``memory.peak``, ``memory.events``, ``pids.peak``; v1 ``memory.max_usage_in_bytes``,
-``pids.peak``). v1 counts an OOM kill only in the victim's own memory cgroup
-(``memory.oom_control``), which is removed with the unit; there, the kills are counted from
+v2 ``memory.peak``, ``memory.events``, ``pids.peak``; v1 ``cpuacct.usage*``,
+``memory.max_usage_in_bytes``, ``pids.peak``). Where systemd keeps an exited unit's own
+figures instead (systemd 257), job shells need no slice: ``usage/unit_usage.py``. v1
+counts an OOM kill only in the victim's own memory cgroup (``memory.oom_control``), which
+is removed with the unit; there, the kills are counted from
 the kernel's one ``oom-kill:`` log line per kill, whose ``task_memcg=`` names the victim's
 cgroup (``oom_kill_slice``), or are ``null`` with the reason, never a made-up number.
 
@@ -77,12 +79,20 @@ def _cpu(read, layout, figures, why):
         if "user_usec" in stat and "system_usec" in stat:
             figures["cpu_user_s"] = stat["user_usec"] / 1e6
             figures["cpu_sys_s"] = stat["system_usec"] / 1e6
+            total = stat.get("usage_usec")
+            figures["cpu_s"] = total / 1e6 if total is not None else None
+            if total is None:
+                why["cpu_s"] = f"{layout}: no usage_usec in the slice's cpu.stat"
             return
     user, system = (_number(read("cpuacct", f"cpuacct.usage_{k}")) for k in ("user", "sys"))
+    total = _number(read("cpuacct", "cpuacct.usage"))
     if user is not None and system is not None:
         figures["cpu_user_s"], figures["cpu_sys_s"] = user / 1e9, system / 1e9
+        figures["cpu_s"] = total / 1e9 if total is not None else None
+        if total is None:
+            why["cpu_s"] = f"{layout}: no cpuacct.usage for the slice"
         return
-    why["cpu_user_s"] = why["cpu_sys_s"] = f"{layout}: no cpu.stat for the slice"
+    why["cpu_s"] = why["cpu_user_s"] = why["cpu_sys_s"] = f"{layout}: no cpu.stat for the slice"
 
 
 def oom_kill_slice(record):
@@ -139,7 +149,7 @@ def figures(layout, read, v1_oom_kills=None):
 
     ``v1_oom_kills``: the kernel log's count of the unit's OOM kills (v1 memory), or None.
 
-    CPU in seconds (user, system), memory in bytes (what the kernel charged: anonymous
+    CPU in seconds (all, user, system), memory in bytes (what the kernel charged: anonymous
     memory and the page cache the unit's processes touched), tasks a count.
     """
     out = dict.fromkeys(FIGURES)

@@ -190,10 +190,10 @@ def job_totals(rows, missing):
     """The job's memo from its ``rows`` and ``missing`` (``JobGather.take`` at rank 0,
     accumulated), built on ``record.total``; a figure no rank gave is None:
 
-    - each figure's total under its memo key (FIGURE_TABLE: ``cpu_user``, ``cpu_sys``,
-      ``maxmem``, ``tasks``, ``oom``), and ``<memo>_rank`` where the table asks
-      (``maxmem_rank``: the rank of the largest memory peak)
-    - ``cpu``: user and system CPU seconds, summed
+    - each figure's total under its memo key (FIGURE_TABLE: ``cpu``, ``cpu_user``,
+      ``cpu_sys``, ``maxmem``, ``tasks``, ``oom``), and ``<memo>_rank`` where the table
+      asks (``maxmem_rank``: the rank of the largest memory peak); ``cpu`` over records of
+      an older sdexec (no ``cpu_s``): user and system CPU seconds, summed
     - ``mem_sum``: ``memory_peak`` summed (bytes)
     - ``ranks``: how many ranks gave a row
     - ``missing``: the ranks of ``missing`` without a row, an RFC 22 idset (``"3,5-7"``);
@@ -201,12 +201,14 @@ def job_totals(rows, missing):
     """
     records = [rows[rank] for rank in sorted(rows)]
     t = total(records)
-    cpu = [t[key] for key in ("cpu_user_s", "cpu_sys_s") if t[key] is not None]
-    memo = {"cpu": round(sum(cpu), 6) if cpu else None}
+    memo = {}
     for figure in FIGURE_TABLE:
         memo[figure.memo] = t[figure.name]
         if figure.with_rank:
             memo[f"{figure.memo}_rank"] = t[f"{figure.name}_rank"]
+    if memo["cpu"] is None:  # records of an older sdexec: no cpu_s
+        cpu = [t[key] for key in ("cpu_user_s", "cpu_sys_s") if t[key] is not None]
+        memo["cpu"] = round(sum(cpu), 6) if cpu else None
     memo["mem_sum"] = summed(records, "memory_peak")
     memo["ranks"] = t["ranks"]
     absent = missing.keys() - rows.keys()

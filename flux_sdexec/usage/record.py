@@ -1,8 +1,9 @@
 """The usage record: what one unit used, its JSON, where a job keeps it, and a job's total.
 
 The one schema of the record that ``usage/cgroup_usage.py`` builds from a slice's
-cgroup files, ``usage/accounting.py`` answers, ``usage/job_usage.py`` writes and ``flux
-sdexec usage`` reads.
+cgroup files and ``usage/unit_usage.py`` from the exited unit's properties,
+``usage/accounting.py`` answers, ``usage/job_usage.py`` writes and ``flux sdexec usage``
+reads.
 Its JSON travels three ways: the ``usage`` field of an ``sdexec.wait`` answer (the record
 alone), the job's KVS key ``job.<id>.sdexec-usage.<rank>`` (the record, then where it was
 read: ``placed``), and each process of an ``sdexec.usage`` answer (the record, then which
@@ -29,6 +30,7 @@ class Figure:
 
 
 FIGURE_TABLE = (
+    Figure("cpu_s", "sum", "seconds", "CPU", "cpu"),
     Figure("cpu_user_s", "sum", "seconds", "USER", "cpu_user"),
     Figure("cpu_sys_s", "sum", "seconds", "SYS", "cpu_sys"),
     Figure("memory_peak", "max", "bytes", "MAXMEM", "maxmem", with_rank=True),
@@ -57,8 +59,9 @@ def kvs_key(dothex, rank):
 
 @dataclasses.dataclass(frozen=True)
 class UsageRecord:
-    """What one unit used, read from its accounting slice. A figure is None when it could
-    not be read; ``null_reasons`` then says why."""
+    """What one unit used, read from its accounting slice or from what systemd keeps of
+    the exited unit (``usage/unit_usage.py``). A figure is None when it could not be read,
+    never 0; ``null_reasons`` then says why."""
 
     cpu_user_s: Optional[float]  # CPU time in user mode, seconds
     cpu_sys_s: Optional[float]  # CPU time in kernel mode, seconds
@@ -69,6 +72,8 @@ class UsageRecord:
     result: Optional[str]  # systemd's Result ("success", "signal", ...); None while running
     status: Optional[int]  # the wait status of the main process; None while running
     null_reasons: Optional[dict] = None  # {figure: why it is None}; None: not in the JSON
+    cpu_s: Optional[float] = None  # CPU time, user and kernel mode together, seconds (last:
+    # added after the others, records of older writers lack it)
 
     def to_json(self):
         """The record as a JSON object, keys in the order they were always written."""

@@ -158,6 +158,9 @@ class StubBridge:
     def list_units(self, patterns, **kw):
         self._call("ListUnitsByPatterns", tuple(patterns), **kw)
 
+    def get_property(self, unit, name, on_reply, **kw):
+        self._call("Get", unit, name, on_reply=on_reply, **kw)
+
     def answer_with(self, member, result):
         """Answer the oldest pending ``member`` call with ``result`` (a call whose reply
         carries data: ``on_reply(None, result)``)."""

@@ -174,7 +174,9 @@ COMMITTED = {
 }
 
 
+# read back: the record (an older sdexec's lacks ``cpu_s``: null)
 FIGURES = {k: v for k, v in COMMITTED.items() if k not in ("rank", "host", "unit")}
+FIGURES["cpu_s"] = None
 
 
 def recording(tmp_path, slice_files=None, parent=None):
@@ -352,3 +354,180 @@ def test_a_missing_mark_found_is_no_record_the_figures_read_are_written(tmp_path
     assert len(acc.jobs.commits) == 1 and acc.jobs.commits[0]["cpu_user_s"] == 2.0
     acc.jobs.hand_on()
     assert usage(acc, p)["cpu_user_s"] == 2.0
+
+
+# ---- usage from the unit itself (usage/unit_usage.py) ----
+
+SYSTEMD_257 = {"CPUUsageNSec": 1_500_000_000, "MemoryPeak": 200 << 20}
+SYSTEMD_252 = {
+    "CPUUsageNSec": 2**64 - 1,
+    "MemoryPeak": UnitError(errno.ENXIO, "Unknown property MemoryPeak."),
+}
+
+
+class Gets(Stops):
+    """A bridge whose Get calls wait for ``answer_gets``; stops answered at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.gets = []  # (unit, name, on_reply), not answered yet
+
+    def get_property(self, unit, name, on_reply, timeout=None):
+        assert timeout, "sent without waiting, with a deadline"
+        self.gets.append((unit, name, on_reply))
+
+    def answer_gets(self, answers):
+        gets, self.gets = self.gets, []
+        for _, name, on_reply in gets:
+            answer = answers[name]
+            on_reply(answer) if isinstance(answer, Exception) else on_reply(None, answer)
+
+
+def exiting(name=UNIT, active="active", result=None, opts=None):
+    """A process whose exit is known, as read_usage sees it (its unit still loaded)."""
+    unit = types.SimpleNamespace(
+        name=name,
+        pid=4242,
+        finished=True,
+        gone=False,
+        stopping=False,
+        active_state=active,
+        result=result,
+        wait_status=0,
+        started_at=STARTED,
+    )
+    return Proc(
+        unit=unit,
+        cmd=types.SimpleNamespace(opts=opts or {}, label=None),
+        state=ProcState.ZOMBIE,
+        calls=types.SimpleNamespace(stop_sent=False, reset_sent=False),
+    )
+
+
+def learning(tmp_path, usage="jobs"):
+    bridge = Gets()
+    acc = accounting(tree(tmp_path, cgroups.UNIFIED), bridge=bridge, usage=usage, source=None)
+    acc.sent = lambda: bridge.stopped.append("sent")  # the deadline armed: BusWatcher.sent
+    return acc, bridge
+
+
+@pytest.mark.parametrize(
+    "answers, source, reason",
+    [
+        (SYSTEMD_257, "unit", None),
+        (SYSTEMD_252, "slice", "systemd reports no CPUUsageNSec of an exited unit"),
+    ],
+)
+def test_the_first_unit_that_exits_after_load_tells_the_source(tmp_path, answers, source, reason):
+    """Any unit (a flux exec one here, no slice of its own): its two Gets pipelined, its
+    exit's answers not held; a second exit meanwhile asks nothing; then decided for good."""
+    acc, bridge = learning(tmp_path)
+    first, second = exiting("ls-0:tb.service"), exiting("true-0:tb.service")
+    assert acc.place(first, []) == [] and first.accounted  # its exit is heard
+    acc.read_usage(first)
+    acc.read_usage(second)
+    assert [(u, n) for u, n, _ in bridge.gets] == [
+        ("ls-0:tb.service", "CPUUsageNSec"),
+        ("ls-0:tb.service", "MemoryPeak"),
+    ]
+    assert bridge.stopped == ["sent"]
+    assert usage(acc, first) is None  # nothing waits on a unit without an account
+    bridge.answer_gets(answers)
+    assert (acc.source.source, acc.source.reason) == (source, reason)
+    acc.read_usage(exiting("again-0:tb.service"))
+    assert bridge.gets == []  # never asked again
+    later = proc(name="later-0:tb.service")
+    acc.place(later, [])
+    assert not hasattr(later, "accounted")  # decided: a flux exec unit's exit is not heard
+
+
+def test_a_unit_that_is_no_longer_loaded_teaches_nothing(tmp_path):
+    """Stopped and unloaded, systemd answers UINT64_MAX for any unit: not a sign of 252."""
+    acc, bridge = learning(tmp_path)
+    acc.read_usage(exiting(active="inactive"))
+    assert bridge.gets == [] and acc.source.learning
+
+
+def test_under_the_unit_source_a_job_shell_gets_no_slice(tmp_path):
+    """Its record is made of the unit's figures once they come; the wait answer and the
+    job's hand-on wait for them; nothing is stopped at its end."""
+    acc, bridge = learning(tmp_path)
+    acc.read_usage(exiting("ls-0:tb.service"))
+    bridge.answer_gets(SYSTEMD_257)
+    p = exiting()
+    assert acc.place(p, [("MemoryMax", "t", 1 << 30)]) == [("MemoryMax", "t", 1 << 30)]
+    assert p.accounted and acc.slices([p]) == set() and acc.jobs.started == ["fA1"]
+    acc.read_usage(p)
+    sent = []
+    acc.after_usage(p, sent.append)
+    assert [n for _, n, _ in bridge.gets] == ["CPUUsageNSec", "MemoryPeak"]
+    assert sent == [] and acc.jobs.commits == []  # waits for systemd's answers
+    bridge.answer_gets(SYSTEMD_257)
+    (written,) = acc.jobs.commits
+    assert (written["cpu_s"], written["memory_peak"], written["oom_kills"]) == (1.5, 200 << 20, 0)
+    assert (written["cpu_user_s"], written["tasks_peak"]) == (None, None)
+    assert sent == []  # then for the job's hand-on, as a slice's record
+    acc.jobs.hand_on()
+    assert sent == [written]
+    acc.done(p)
+    assert bridge.stopped == ["sent", "sent"]  # no slice stopped
+
+
+def test_an_oom_killed_shell_read_from_its_unit_counts_the_kill(tmp_path):
+    """Result oom-kill: one kill at least, so the job's ``oom`` exception is raised."""
+    acc, bridge = learning(tmp_path)
+    acc.source.source = "unit"
+    p = exiting(active="failed", result="oom-kill")
+    acc.place(p, [])
+    acc.read_usage(p)
+    bridge.answer_gets(SYSTEMD_257)
+    assert [c["oom_kills"] for c in acc.jobs.commits] == [1]
+    assert acc.jobs.commits[0]["result"] == "oom-kill"
+
+
+def test_a_get_refused_gives_absent_figures_and_the_answers_go(tmp_path):
+    """The connection lost (or a deadline passed): the figures null with why, never a hang."""
+    acc, bridge = learning(tmp_path)
+    acc.source.source = "unit"
+    p = exiting()
+    acc.place(p, [])
+    acc.read_usage(p)
+    lost = UnitError(errno.ECONNRESET, "lost connection to systemd")
+    bridge.answer_gets({"CPUUsageNSec": lost, "MemoryPeak": lost})
+    (written,) = acc.jobs.commits
+    assert written["cpu_s"] is None and "lost connection" in written["null_reasons"]["cpu_s"]
+    acc.jobs.hand_on()
+    assert usage(acc, p)["cpu_s"] is None
+
+
+def test_an_unload_before_systemd_answers_sends_what_waits_once(tmp_path):
+    acc, bridge = learning(tmp_path)
+    acc.source.source = "unit"
+    p = exiting()
+    acc.place(p, [])
+    acc.read_usage(p)
+    sent = []
+    acc.after_usage(p, sent.append)
+    acc.flush()
+    assert sent == [None]
+    bridge.answer_gets(SYSTEMD_257)  # too late: nothing written, nothing sent
+    assert sent == [None] and acc.jobs.commits == []
+
+
+@pytest.mark.parametrize(
+    "source, where, from_unit",
+    [
+        (None, "app.slice", True),  # learning: its exit's Gets tell both
+        ("unit", "app.slice", True),
+        ("slice", "app.slice", False),  # systemd keeps nothing: no record to make
+        ("unit", "user.slice", False),  # a client's slice
+    ],
+)
+def test_a_job_shell_adopted_without_a_slice_is_read_from_its_unit(
+    tmp_path, source, where, from_unit
+):
+    acc, bridge = learning(tmp_path)
+    acc.source.source = source
+    p = exiting()
+    acc.adopted(p, {"Slice": where, "ExecMainExitTimestamp": int(EXITED * 1e6)})
+    assert (p in acc.accounts) is from_unit and acc.slices([p]) == set()

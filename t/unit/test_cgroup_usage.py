@@ -10,6 +10,8 @@ from flux_sdexec.containment import cgroups
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.usage.record import FIGURES
 
+SLICED = types.SimpleNamespace(slice=SLICE, cgroup=None)  # an account: its slice
+
 
 def test_slice_name_escapes_what_systemd_reads_as_nesting():
     assert SLICE == "app-sdexec-shell\\x2d0\\x2dfA1:tb_0a1b2c3d.slice"
@@ -34,7 +36,7 @@ def test_before_any_slice_was_located_every_figure_is_null_with_the_reason(tmp_p
         name=UNIT, finished=True, result="signal", wait_status=9, started_at=0
     )
     p = Proc(unit=unit, cmd=types.SimpleNamespace(opts={}))
-    rec = acc._record(p, SLICE).to_json()
+    rec = acc._record(p, SLICED).to_json()
     assert all(rec[f] is None for f in FIGURES) and rec["result"] == "signal"
     assert set(rec["null_reasons"].values()) == {
         "where the accounting slices are is not known "
@@ -52,6 +54,7 @@ def test_unified_gives_every_figure(tmp_path):
     }
     rec = record(tree(tmp_path, cgroups.UNIFIED, v2=files))
     assert rec == {
+        "cpu_s": 2.5,
         "cpu_user_s": 2.0,
         "cpu_sys_s": 0.5,
         "memory_peak": 52428800,
@@ -90,11 +93,16 @@ def test_legacy_reads_cpuacct(tmp_path):
     proc = tree(
         tmp_path,
         cgroups.LEGACY,
-        cpuacct={"cpuacct.usage_user": "1500000000\n", "cpuacct.usage_sys": "250000000\n"},
+        cpuacct={
+            "cpuacct.usage": "1750000000\n",
+            "cpuacct.usage_user": "1500000000\n",
+            "cpuacct.usage_sys": "250000000\n",
+        },
         memory={"memory.max_usage_in_bytes": "8192\n"},
     )
     rec = record(proc)
     assert (rec["cpu_user_s"], rec["cpu_sys_s"], rec["memory_peak"]) == (1.5, 0.25, 8192)
+    assert rec["cpu_s"] == 1.75  # cpuacct.usage: the total, as v2's usage_usec
 
 
 def test_no_slice_left_is_all_null_with_reasons(tmp_path):

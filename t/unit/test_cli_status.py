@@ -5,6 +5,8 @@ import errno
 from flux_sdexec.cli import report
 
 MODULE = "/usr/local/libexec/flux-sdexec/sdexec.py"
+SLICE_REASON = "systemd reports no CPUUsageNSec of an exited unit"
+SLICE_SOURCE = {"source": "slice", "reason": SLICE_REASON}
 CPU_REASON = "cpuset.cpus unavailable (is cpuset controller delegated to the user instance?)"
 
 
@@ -17,6 +19,7 @@ def stats(
     reconnects=0,
     unenforceable=None,
     layout="hybrid",
+    usage_source=SLICE_SOURCE,
 ):
     """A stats-get answer of our module (the fields status reads, as the module sends them)."""
     containment = {"policy": policy, "layout": layout, "constraints": constraints or {}}
@@ -30,6 +33,7 @@ def stats(
         "tracked": {"starting": 0, "running": running, "finished": 0, "zombie": zombie},
         "adopted": adopted,
         "containment": containment,
+        "usage-source": usage_source,
     }
 
 
@@ -60,6 +64,8 @@ def test_judge_our_module_healthy():
         "running": 2,
         "zombie": 1,
         "adopted": 4,
+        "usage": "slice",
+        "usage_note": f"slice: {SLICE_REASON}",
     }
 
 
@@ -141,6 +147,7 @@ def test_lines_one_row_per_group_then_reasons_and_problems():
         "UNENFORCEABLE",
         "POLICY",
         "NOT-ENFORCED",
+        "USAGE",
         "MODULE",
     ]
     assert text[1].split() == [
@@ -159,11 +166,13 @@ def test_lines_one_row_per_group_then_reasons_and_problems():
         "-",
         "warn",
         "AllowedCPUs",
+        "slice",
         MODULE,
     ]
-    assert text[2].split() == ["unreachable", "1", "3", "n3"] + ["-"] * 12
+    assert text[2].split() == ["unreachable", "1", "3", "n3"] + ["-"] * 13
     assert text[3:] == [
         f"ranks 0-2 (n0+n1+n2): AllowedCPUs not enforced: {CPU_REASON}",
+        f"ranks 0-2 (n0+n1+n2): usage source: slice: {SLICE_REASON}",
         "rank 3 (n3): unreachable: no answer within 5s",
     ]
     assert text[1].index("0.1.0") == text[0].index("VERSION")
@@ -215,5 +224,26 @@ def test_unenforceable_column_and_one_line_per_reason():
     assert header[column - 1 : column + 2] == ["CGROUPS", "UNENFORCEABLE", "POLICY"]
     assert [row.split()[column] for row in text[1:3]] == ["DeviceAllow,DevicePolicy", "-"]
     assert text[3:] == [
-        f"ranks 0-1 (n0+n1): DeviceAllow,DevicePolicy unenforceable: {DEVICE_REASON}"
+        f"ranks 0-1 (n0+n1): DeviceAllow,DevicePolicy unenforceable: {DEVICE_REASON}",
+        f"ranks 0-1 (n0+n1): usage source: slice: {SLICE_REASON}",
+        f"rank 2 (n2): usage source: slice: {SLICE_REASON}",
+    ]
+
+
+def test_each_rank_says_where_its_job_shells_usage_is_read_from():
+    """unit (no note), slice with systemd's reason, or slice while learning; ranks that
+    differ are rows of their own; an sdexec that does not say shows nothing."""
+    learning = {"source": None, "reason": "no unit has exited since load"}
+    records = [
+        report.judge(0, "n0", stats(usage_source={"source": "unit", "reason": None})),
+        report.judge(1, "n1", stats(usage_source=SLICE_SOURCE)),
+        report.judge(2, "n2", stats(usage_source=learning)),
+        report.judge(3, "n3", stats(usage_source=None)),
+    ]
+    text = report.lines(report.fold(records))
+    column = text[0].split().index("USAGE")
+    assert [line.split()[column] for line in text[1:5]] == ["unit", "slice", "learning", "-"]
+    assert text[5:] == [
+        f"rank 1 (n1): usage source: slice: {SLICE_REASON}",
+        "rank 2 (n2): usage source: slice (learning: no unit has exited since load)",
     ]

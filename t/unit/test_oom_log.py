@@ -18,6 +18,8 @@ KMSG_OOM = (
     "shell-0.service,task=python3,pid=14008,uid=0\n"
 )
 
+SLICED = types.SimpleNamespace(slice=SLICE, cgroup=None)  # an account: its slice
+
 
 def test_oom_kill_record_names_the_victims_accounting_slice():
     """/dev/kmsg escapes the backslash of systemd's \\x2d as \\x5c."""
@@ -51,7 +53,7 @@ def test_hybrid_oom_kills_come_from_the_kernel_log(tmp_path):
     acc.parent = PARENT
     unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=9, started_at=0)
     p = Proc(unit=unit, cmd=types.SimpleNamespace(opts={}))
-    rec = acc._record(p, SLICE)
+    rec = acc._record(p, SLICED)
     assert rec.oom_kills is None and "/dev/kmsg" in rec.null_reasons["oom_kills"]
 
     class Log:
@@ -61,4 +63,4 @@ def test_hybrid_oom_kills_come_from_the_kernel_log(tmp_path):
             return 2 if name == SLICE else 0
 
     acc.oom_log = Log()
-    assert acc._record(p, SLICE).oom_kills == 2
+    assert acc._record(p, SLICED).oom_kills == 2

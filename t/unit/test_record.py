@@ -25,11 +25,11 @@ OOM_WHY = (
 WITH_REASONS = (
     '{"cpu_user_s": 2.0, "cpu_sys_s": 0.5, "memory_peak": 52690944, "tasks_peak": 7, '
     '"oom_kills": null, "wall_s": 12.346, "result": "success", "status": 0, '
-    f'"null_reasons": {{"oom_kills": "{OOM_WHY}"}}}}'
+    f'"null_reasons": {{"oom_kills": "{OOM_WHY}"}}, "cpu_s": 2.5}}'
 )
 ALL_READ = (
     '{"cpu_user_s": 2.0, "cpu_sys_s": 0.5, "memory_peak": 52690944, "tasks_peak": 7, '
-    '"oom_kills": 0, "wall_s": 12.346, "result": "success", "status": 0}'
+    '"oom_kills": 0, "wall_s": 12.346, "result": "success", "status": 0, "cpu_s": 2.5}'
 )
 
 
@@ -38,14 +38,22 @@ def read(hierarchy, name):
 
 
 def test_the_fields_are_the_schema():
-    """The record's fields, in the order their keys are written."""
-    assert FIGURES == ("cpu_user_s", "cpu_sys_s", "memory_peak", "tasks_peak", "oom_kills")
+    """The record's fields, in the order their keys are written (``cpu_s`` came last)."""
+    assert FIGURES == (
+        "cpu_s",
+        "cpu_user_s",
+        "cpu_sys_s",
+        "memory_peak",
+        "tasks_peak",
+        "oom_kills",
+    )
     assert [f for f in UsageRecord.__dataclass_fields__] == [
-        *FIGURES,
+        *FIGURES[1:],
         "wall_s",
         "result",
         "status",
         "null_reasons",
+        "cpu_s",
     ]
 
 
@@ -65,6 +73,7 @@ def test_a_slice_missing_gives_every_figure_null_with_that_reason():
     """The slice could not be read at all (where slices are is not known yet)."""
     rec = cgroup_usage.record(cgroups.UNIFIED, read, None, None, "signal", 9, missing="why")
     assert rec.to_json() == {
+        "cpu_s": None,
         "cpu_user_s": None,
         "cpu_sys_s": None,
         "memory_peak": None,
@@ -114,3 +123,4 @@ def test_a_key_a_record_lacks_reads_as_null():
     """A partial record (``flux sdexec usage`` reads what any rank wrote)."""
     rec = UsageRecord.from_json({"cpu_user_s": 1.0})
     assert rec.cpu_user_s == 1.0 and rec.memory_peak is None and rec.null_reasons is None
+    assert rec.cpu_s is None  # a record of an sdexec before the figure

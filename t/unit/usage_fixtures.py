@@ -15,6 +15,7 @@ from flux_sdexec.core.registry import Registry
 from flux_sdexec.usage import cgroup_usage
 from flux_sdexec.usage.accounting import Accounting
 from flux_sdexec.usage.job_usage import JobUsage
+from flux_sdexec.usage.unit_usage import SLICE as SLICE_SOURCE
 
 UNIT = "shell-0-fA1:tb.service"
 
@@ -98,16 +99,22 @@ class Jobs(JobUsage):
             self._call(then)
 
 
-def accounting(proc, kmsg="", bridge=None, sweeper=frozenset(), jobs=None, usage="all"):
+def accounting(
+    proc, kmsg="", bridge=None, sweeper=frozenset(), jobs=None, usage="all", source=SLICE_SOURCE
+):
     """An Accounting over the tree at ``proc``, on rank 0 of host ``node0``, with an empty
-    registry; slices stopped through ``bridge``, units let go in ``sweeper``, job shells'
-    records to ``jobs``; ``usage``: ``[sdexec] usage``."""
+    registry; slices stopped (and units' figures asked) through ``bridge``, units let go in
+    ``sweeper``, job shells' records to ``jobs``; ``usage``: ``[sdexec] usage``; ``source``:
+    where it has learnt usage is read (None: not yet)."""
     log = logging.getLogger("t")
     jobs = jobs or Jobs()
     settings = Settings(usage=usage)
-    return Accounting(
+    acc = Accounting(
         log, 0, "node0", settings, Registry(), bridge, sweeper, jobs, proc=proc, kmsg=kmsg
     )
+    acc.source.source = source
+    acc.source.reason = "systemd reports no CPUUsageNSec of an exited unit" if source else None
+    return acc
 
 
 def record(proc, opts=None, kmsg=""):
@@ -116,7 +123,7 @@ def record(proc, opts=None, kmsg=""):
     acc.parent = PARENT
     unit = types.SimpleNamespace(name=UNIT, finished=True, result=None, wait_status=0, started_at=0)
     p = Proc(unit=unit, cmd=types.SimpleNamespace(opts=opts or {}))
-    return acc._record(p, SLICE).to_json()
+    return acc._record(p, types.SimpleNamespace(slice=SLICE, cgroup=None)).to_json()
 
 
 def proc(name=UNIT, opts=None):
