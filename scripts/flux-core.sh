@@ -37,11 +37,6 @@ DEB_DEPS="make gcc g++ pkg-config libc6-dev libzmq3-dev uuid-dev libjansson-dev 
     libarchive-dev libhwloc-dev libsqlite3-dev lua5.1 liblua5.1-dev lua-posix libsystemd-dev
     libsodium-dev libncurses-dev jq time python3-dev python3-setuptools python3-cffi python3-yaml
     python3-jsonschema python3-ply"
-# Debian 13 moved systemd.pc (configure asks it where system units go: flux.service) from
-# systemd to systemd-dev; Debian 12 has no systemd-dev.
-if command -v apt-cache >/dev/null && apt-cache show systemd-dev >/dev/null 2>&1; then
-    DEB_DEPS="$DEB_DEPS systemd-dev"
-fi
 
 installed_version() {
     local out
@@ -121,14 +116,14 @@ say "configure, make -j$(nproc) (a few minutes); log in $log"
 start=$SECONDS
 security=
 pkg-config --exists flux-security 2>/dev/null && security=--with-flux-security
-./configure --prefix="$PREFIX" --disable-docs $security PYTHON="$PYTHON" >"$log" 2>&1 ||
+# flux.service where systemd looks for a local admin's units: left to configure, it is the
+# prefix followed by systemd.pc's directory (Debian 12: /usr/local/lib/systemd/system; Debian 13,
+# merged /usr: /usr/local/usr/lib/systemd/system, where systemd never looks)
+./configure --prefix="$PREFIX" --disable-docs $security PYTHON="$PYTHON" \
+    --with-systemdsystemunitdir="$PREFIX/lib/systemd/system" >"$log" 2>&1 ||
     { tail -30 "$log" >&2; die "configure failed (see $log)"; }
 grep -q '^#define HAVE_LIBSYSTEMD 1' config/config.h ||
     die "configure did not find libsystemd: install libsystemd-dev and run again"
-# without systemd.pc, configure puts flux.service in the prefix itself, where systemd never looks
-grep -q '^systemdsystemunitdir = .*/systemd/system$' Makefile ||
-    die "configure found no systemd.pc (flux.service would go nowhere systemd looks):" \
-        "install systemd-dev (Debian 13) or systemd's development files and run again"
 make -j"$(nproc)" >>"$log" 2>&1 || { tail -30 "$log" >&2; die "make failed (see $log)"; }
 if [ -z "$have" ]; then
     make install >>"$log" 2>&1 || { tail -30 "$log" >&2; die "make install failed (see $log)"; }
