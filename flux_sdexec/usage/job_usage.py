@@ -234,18 +234,24 @@ class JobUsage:
         each write's waiters, then the next batch."""
         import flux.kvs  # flux's: not in the unit tier
 
-        txn = flux.kvs.KVSTxn(self.h)
-        for action, _ in batch:
-            for key, value in action.entries.items():
-                txn.put(f"{action.directory}.{key}", value)
-        future = flux.kvs.commit_async(self.h, _kvstxn=txn)
-        self.counts["record-commits"] += 1
-        jobs = ", ".join(str(action.jobid) for action, _ in batch)
-        after = self._await_answer(future, f"usage of job {jobs}", timeout)
-        after.append(lambda: self._committed(batch))
+        what = "usage of job " + ", ".join(str(action.jobid) for action, _ in batch)
+        try:
+            txn = flux.kvs.KVSTxn(self.h)
+            for action, _ in batch:
+                for key, value in action.entries.items():
+                    txn.put(f"{action.directory}.{key}", value)
+            future = flux.kvs.commit_async(self.h, _kvstxn=txn)
+            self.counts["record-commits"] += 1
+        except Exception as exc:  # not sent: its waiters go all the same, the next batch too
+            self.log.error(f"{what}: commit: {exc!r}")
+            future = None
         for action, _ in batch:
             if action.memo is not None:
                 self.memos.post(action.jobid, action.memo, f"usage of job {action.jobid}: memo")
+        if future is None:
+            self._committed(batch)
+            return
+        self._await_answer(future, what, timeout).append(lambda: self._committed(batch))
 
     def _committed(self, batch):
         """``batch``'s commit answered: its waiters go, a job's record read back waits no

@@ -411,3 +411,20 @@ def test_a_leaf_looks_up_no_r_and_sends_its_row_up_at_its_shell_s_end():
     (up,) = rank1.sent(job_usage.GATHER_TOPIC)
     assert up.payload["rows"] == {"1": USAGE.placed(1, "node1", f"shell-1-{JOB}.service")}
     assert rank1.keys == []
+
+
+def test_a_commit_that_cannot_be_sent_answers_its_waiters_and_the_next_goes(monkeypatch):
+    rank0 = Broker(0)
+    complete(rank0, "f2")
+    complete(rank0, "f3")
+
+    def refused(handle, _kvstxn):
+        raise OSError(12, "Cannot allocate memory")
+
+    commit_async = flux.kvs.commit_async
+    monkeypatch.setattr(flux.kvs, "commit_async", refused)
+    rank0.sent("kvs.commit")[0].answer({})
+    assert rank0.events[-2:] == ["memo", "f3 1"]
+    monkeypatch.setattr(flux.kvs, "commit_async", commit_async)
+    complete(rank0, "f4")
+    assert len(rank0.sent("kvs.commit")) == 2
