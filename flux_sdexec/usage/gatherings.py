@@ -95,7 +95,7 @@ class Gatherings:
 
     def __init__(self, rank, host, loaded=None):
         self.rank, self.host, self.loaded = rank, host, loaded
-        self.leaf = None  # no children in the overlay below rank > 0 (None: not known yet)
+        self.leaf = None  # not rank 0 and no child in the overlay (None: not known yet)
         self.jobs = OrderedDict()  # job id -> _Job, oldest first
         self.ended = 0  # how many of them have a complete gathering
         self.most = 0  # the most messages one child sent for a gathering that let its rows go
