@@ -7,7 +7,8 @@ Pure:
 - ``unit_usage``: the record from what systemd keeps of an exited unit, and whether it does;
 - ``job_gather``: one job's gathering at one broker (the merge, the wait, the job's totals);
 - ``gather_events``: the gathering's events, actions and ``sdexec.usage-gather`` payload;
-- ``gatherings``: every job's gathering at one broker, events in, actions out.
+- ``gatherings``: every job's gathering at one broker, events in, actions out;
+- ``record_commits``: rank 0's record writes batched, one KVS commit out at a time.
 
 The flux side:
 

@@ -1,10 +1,11 @@
 """The words of a gathering: the events ``Gatherings`` takes, the actions it asks for,
 and the ``sdexec.usage-gather`` payload that carries rows from a child to its parent.
 
-Events are facts (a shell started or ended, rows came, the job's ranks found, a record
-read back, a check due, the children's health found). Actions are orders for the adapter
-(``usage/job_usage.py``): look the ranks up, read a record back, arm or cancel a check,
-ask the health, send up, write the record and memo, raise an ``oom`` exception.
+Events are facts (a shell started or ended, rows came, the job's ranks found, this
+broker's subtree found, a record read back, a check due, the children's health found).
+Actions are orders for the adapter (``usage/job_usage.py``): look the ranks up, read a
+record back, arm or cancel a check, ask the health, send up, write the record and memo,
+raise an ``oom`` exception.
 
 Pure: stdlib only.
 """
@@ -58,6 +59,14 @@ class RanksFound:
     ranks: frozenset
     topology: dict
     started: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SubtreeFound:
+    """This broker's subtree (``overlay.topology``) is known: a broker with no children
+    (a leaf) gathers without the jobs' R from then on."""
+
+    topology: dict
 
 
 @dataclasses.dataclass(frozen=True)

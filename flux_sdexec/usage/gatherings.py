@@ -12,6 +12,10 @@ A gathering that ended lets its rows go; the last REMEMBERED of them are remembe
 their ranks alone. A correction that comes later goes on as it comes; at rank 0 it is
 merged into the job's record as read back, and the memo is posted again over every rank.
 
+A broker other than rank 0 with no children (a leaf, once its subtree is found) has no
+subtree to wait for: it needs no R. Each job's rows go up as they come, the first message
+as the job's, any later one as a correction; the parent's gathering does the rest.
+
 A job that started before this sdexec loaded (an upgrade, a restart with the jobs kept) had
 its gathering begun by the sdexec before, which may have sent or written part of it. Here a
 broker other than rank 0 passes each of its messages on as it comes. Rank 0 reads back what
@@ -39,6 +43,7 @@ from flux_sdexec.usage.gather_events import (
     SendUp,
     ShellEnded,
     ShellStarted,
+    SubtreeFound,
     WriteRecord,
     gather_payload,
 )
@@ -68,6 +73,7 @@ class _Job:
         "passing",
         "reading",
         "want",
+        "leaf",
     )
 
     def __init__(self):
@@ -78,6 +84,7 @@ class _Job:
         self.passing = False  # begun by the sdexec before, not at rank 0: each message goes on
         self.reading = False  # rank 0: its record is being read back
         self.want = None  # what it gathers: (own rank expected, {child: job ranks below})
+        self.leaf = False  # begun at a leaf: no R, each message goes up as it comes
 
 
 class Gatherings:
@@ -88,6 +95,7 @@ class Gatherings:
 
     def __init__(self, rank, host, loaded=None):
         self.rank, self.host, self.loaded = rank, host, loaded
+        self.leaf = None  # not rank 0 and no child in the overlay (None: not known yet)
         self.jobs = OrderedDict()  # job id -> _Job, oldest first
         self.ended = 0  # how many of them have a complete gathering
         self.most = 0  # the most messages one child sent for a gathering that let its rows go
@@ -123,6 +131,8 @@ class Gatherings:
             job = self.jobs.get(event.jobid)
             if job is not None and job.gather is not None:
                 self._checked(event, job, now, out)
+        elif isinstance(event, SubtreeFound):
+            self.leaf = self.rank != 0 and not event.topology.get("children")
         else:
             raise TypeError(f"not a gathering event: {event!r}")
         return out
@@ -184,7 +194,10 @@ class Gatherings:
         """Rows into the job's gathering (its wait begins with the first), on at once for
         a gathering begun before, or kept until it can gather."""
         job = self._job(came.jobid, out)
-        if job.passing:
+        if job.leaf:
+            self._pass_on(came.jobid, None, came.rows, came.missing, job.ended, out)
+            self._end(job)
+        elif job.passing:
             self._pass_on(came.jobid, None, came.rows, came.missing, False, out)
         elif job.ended and job.gather is None:
             self._correct(came, job, out)
@@ -202,12 +215,15 @@ class Gatherings:
         job.gather.add(came.rows, came.missing, came.sender)
 
     def _job(self, jobid, out):
-        """Job ``jobid``'s gathering, begun (its ranks asked for) if new."""
+        """Job ``jobid``'s gathering, begun if new: its ranks asked for, but at a leaf."""
         job = self.jobs.get(jobid)
         if job is None:
             job = self.jobs[jobid] = _Job()
             self._drop_old()
-            out.append(LookUpRanks(jobid))
+            if self.leaf:
+                job.leaf = True
+            else:
+                out.append(LookUpRanks(jobid))
         return job
 
     def _begin(self, found, job, now, out):

@@ -18,7 +18,11 @@ before it), or merged into a gathering that awaits the job's other ranks; a gath
 cannot begin yet (the job's R, or at rank 0 its record read back, being looked up) holds
 them until it can. So the answer of a job's last shell reaches job-exec after its memo is
 posted, while the job is active. Each wait on a parent's or the KVS's answer is bounded
-(HAND_ON_S); an unload lets go of all of them.
+(HAND_ON_S); an unload lets go of all of them. Rank 0 has one record commit out at a time:
+the records that come meanwhile go in one transaction when it is answered
+(``usage/record_commits.py``), each job's memo posted as its record's commit is sent; a
+job's record is read back only after its commits are answered. A broker with no children
+(a leaf, rank 0 aside) looks up no R: its rows go up as they come.
 
 A running job's rows are gathered the same way on demand (``flux sdexec usage [--watch]``):
 ``sdexec.usage-live`` to rank 0 asks each child whose subtree holds a job rank, each of them
@@ -55,11 +59,13 @@ from flux_sdexec.usage.gather_events import (
     SendUp,
     ShellEnded,
     ShellStarted,
+    SubtreeFound,
     WriteRecord,
 )
 from flux_sdexec.usage.gatherings import Gatherings
 from flux_sdexec.usage.job_gather import JobGather, expected_ranks
 from flux_sdexec.usage.record import UsageRecord, dothex, kvs_key
+from flux_sdexec.usage.record_commits import RecordCommits
 
 GATHER_TOPIC = "sdexec.usage-gather"
 LIVE_TOPIC = "sdexec.usage-live"
@@ -92,9 +98,13 @@ class JobUsage:
         self.topology = None  # this broker's subtree (overlay.topology), once answered
         self._waiting_topology = []  # what waits for the topology: callables
         self.live = set()  # the live gatherings not answered yet (their finish callables)
+        self.commits = RecordCommits(HAND_ON_S)  # rank 0's record writes, batched
+        self.unwritten = {}  # job id -> its record writes not committed yet (rank 0)
+        self.after_written = {}  # job id -> what waits for them (a read back): callables
         self.counts = {
             "live-asked": 0,  # sdexec.usage-live requests this broker answered
             "live-asked-down": 0,  # ... and sent to its children
+            "record-commits": 0,  # rank 0: KVS commits of records (several jobs' each, at times)
         }
 
     # ---- a shell's record ----
@@ -161,8 +171,10 @@ class JobUsage:
         waits for a job's rows to be handed on waits for the send or write that carries
         them, or goes now (merged, awaiting the job's other ranks), unless its gathering
         cannot begin yet."""
-        carried = {}
-        for action in self.gatherings.handle(event, time.monotonic()):
+        carried, now = {}, time.monotonic()
+        if self.gatherings.leaf is None and self.topology is not None:
+            self.gatherings.handle(SubtreeFound(self.topology), now)
+        for action in self.gatherings.handle(event, now):
             after = self._perform(action)
             if after is not None:
                 carried[action.jobid] = after
@@ -206,18 +218,54 @@ class JobUsage:
         return None
 
     def _write(self, action):
-        """Rank 0: the record's entries in one commit, then the memo, if any; returns what
-        waits for the commit's answer."""
+        """Rank 0: the record's entries committed now, or with the next batch while a
+        commit is out (``usage/record_commits.py``); returns what waits for the answer."""
+        waiters, now = [], time.monotonic()
+        self.unwritten[action.jobid] = self.unwritten.get(action.jobid, 0) + 1
+        batch, deadline = self.commits.add((action, waiters), now)
+        if batch:
+            self._commit(batch, deadline - now)
+        return waiters
+
+    def _commit(self, batch, timeout):
+        """The entries of every write of ``batch`` (``(WriteRecord, waiters)`` each) in one
+        transaction, keys in full, then each job's memo, if any (``job-manager.memo`` takes
+        one job a request); once the commit is answered (or ``timeout`` seconds passed),
+        each write's waiters, then the next batch."""
         import flux.kvs  # flux's: not in the unit tier
 
-        txn = flux.kvs.KVSTxn(self.h, action.directory)
-        for key, value in action.entries.items():
-            txn.put(key, value)
-        future = flux.kvs.commit_async(self.h, _kvstxn=txn)
-        after = self._await_answer(future, f"usage of job {action.jobid}", HAND_ON_S)
-        if action.memo is not None:
-            self.memos.post(action.jobid, action.memo, f"usage of job {action.jobid}: memo")
-        return after
+        what = "usage of job " + ", ".join(str(action.jobid) for action, _ in batch)
+        try:
+            txn = flux.kvs.KVSTxn(self.h)
+            for action, _ in batch:
+                for key, value in action.entries.items():
+                    txn.put(f"{action.directory}.{key}", value)
+            future = flux.kvs.commit_async(self.h, _kvstxn=txn)
+            self.counts["record-commits"] += 1
+        except Exception as exc:  # not sent: its waiters go all the same, the next batch too
+            self.log.error(f"{what}: commit: {exc!r}")
+            future = None
+        for action, _ in batch:
+            if action.memo is not None:
+                self.memos.post(action.jobid, action.memo, f"usage of job {action.jobid}: memo")
+        if future is None:
+            self._committed(batch)
+            return
+        self._await_answer(future, what, timeout).append(lambda: self._committed(batch))
+
+    def _committed(self, batch):
+        """``batch``'s commit answered: its waiters go, a job's record read back waits no
+        longer once its writes are all committed; then the writes that waited, committed."""
+        for action, waiters in batch:
+            left = self.unwritten.pop(action.jobid) - 1
+            if left:
+                self.unwritten[action.jobid] = left
+            else:
+                self._call(self.after_written.pop(action.jobid, []))
+            self._call(waiters)
+        batch, deadline = self.commits.answered()
+        if batch:
+            self._commit(batch, max(deadline - time.monotonic(), 0.001))
 
     def _look_up_ranks(self, jobid):
         """The job's R, then the topology: RanksFound (no R, an error, or an R without
@@ -241,7 +289,10 @@ class JobUsage:
 
     def _read_record(self, jobid, ranks):
         """Rank 0: each rank's entry of the job's record, then RecordRead (a lookup that
-        fails counts as no entry, and says so)."""
+        fails counts as no entry, and says so); after the job's writes not committed yet."""
+        if jobid in self.unwritten:
+            self.after_written.setdefault(jobid, []).append(lambda: self._read_record(jobid, ranks))
+            return
         directory = dothex(jobid)
         entries, left = {}, set(ranks)
 
@@ -394,8 +445,8 @@ class JobUsage:
 
     def stats(self):
         """``flux module stats sdexec``'s ``usage-gather``: messages in and out, records
-        written, live gatherings answered and asked of children, gatherings waiting, and the
-        most messages one child sent for one job."""
+        written and the commits that carried them, live gatherings answered and asked of
+        children, gatherings waiting, and the most messages one child sent for one job."""
         return dict(self.gatherings.stats(), **self.counts)
 
     def close(self):
@@ -406,6 +457,10 @@ class JobUsage:
             finish()
         for action in self.gatherings.unloading():
             self._perform(action)
+        waiting = self.commits.drain()
+        if waiting:
+            self._commit(waiting, HAND_ON_S)
+        self.after_written.clear()
         waiting = [*self.handing.values(), *self.holding.values()]
         self.handing, self.holding = {}, {}
         for then in waiting:

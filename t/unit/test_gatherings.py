@@ -22,6 +22,7 @@ from flux_sdexec.usage.gather_events import (
     SendUp,
     ShellEnded,
     ShellStarted,
+    SubtreeFound,
     WriteRecord,
     parse_gather,
 )
@@ -337,3 +338,37 @@ def test_a_late_correction_below_rank_0_goes_up_alone():
     late = parse_gather({"id": jobid, "rank": 3, "rows": {"3": row(3, cpu=9.0)}, "late": True})
     (sent,) = of(SendUp, g.handle(late, 3.0))
     assert sent.payload["rows"] == {"3": row(3, cpu=9.0)} and sent.payload["late"] is True
+
+
+def test_a_leaf_looks_up_no_ranks_and_sends_its_row_up_at_its_shell_s_end():
+    """Rank 6 of a 7-rank tree has no children: once its subtree is known, a job's start
+    asks for nothing, its shell's end goes up at once as the job's message, and a second
+    row of the job goes up as a correction."""
+    g = Gatherings(6, "n6")
+    g.handle(SubtreeFound(nodes(TREE7)[6]), 0.0)
+    jobid = job_number("fA1")
+    assert g.handle(ShellStarted(jobid), 0.0) == []
+    unit = "shell-6-fA1.service"
+    (sent,) = g.handle(ShellEnded("fA1", unit, record()), 1.0)
+    assert sent.payload == {
+        "id": jobid,
+        "rank": 6,
+        "rows": {"6": record().placed(6, "n6", unit)},
+        "missing": {},
+        "late": False,
+    }
+    (again,) = g.handle(ShellEnded("fA1", unit, record(cpu=2.0)), 2.0)
+    assert again.payload["late"] is True
+    assert g.stats()["waiting"] == 0 and g.unloading() == []
+
+
+def test_a_broker_with_children_or_rank_0_alone_still_looks_up_the_ranks():
+    """Rank 1 (children 3, 4) waits for its subtree, and rank 0 of a one-broker instance
+    writes the record (a job begun before it loaded is read back first): both need R. So
+    does a leaf whose subtree is not known yet."""
+    alone = {"rank": 0, "size": 1, "children": []}
+    for rank, topology in ((1, nodes(TREE7)[1]), (0, alone), (6, None)):
+        g = Gatherings(rank, f"n{rank}")
+        if topology is not None:
+            g.handle(SubtreeFound(topology), 0.0)
+        assert g.handle(ShellStarted(5), 0.0) == [LookUpRanks(5)]

@@ -22,7 +22,7 @@ from usage_fixtures import ROW, Future
 from flux_sdexec.core.shelljobs import job_number
 from flux_sdexec.usage import job_usage
 from flux_sdexec.usage.job_usage import HAND_ON_S, JobUsage
-from flux_sdexec.usage.record import UsageRecord, dothex
+from flux_sdexec.usage.record import UsageRecord, dothex, kvs_key
 
 fluxpath.add()
 import flux.kvs  # noqa: E402
@@ -227,7 +227,7 @@ class Broker(JobUsage):
         self.topology = topology if rank == 0 else {"rank": 1, "children": []}
         self.R = {"execution": {"R_lite": [{"rank": "0-1"}], "starttime": started}}
         self.held, self.record = held, record or {}
-        self.asked, self.lookups, self.events = [], [], []
+        self.asked, self.lookups, self.events, self.keys = [], [], [], []
 
     def rpc(self, topic, payload=None, nodeid=0):  # the flux handle's
         future = Future(topic, payload, nodeid)
@@ -238,6 +238,7 @@ class Broker(JobUsage):
         self.events.append("memo")
 
     def _look_up(self, key, on_reply):
+        self.keys.append(key)
         value = self.R if key.endswith(".R") else self.record.get(key.rsplit(".", 1)[1])
         if self.held and not key.endswith(".R"):
             self.lookups.append(lambda: on_reply(None, value))
@@ -266,7 +267,7 @@ def kvs(monkeypatch):
     """flux.kvs's transaction and commit, without a broker: each commit is a Future."""
 
     class Txn:
-        def __init__(self, handle, directory):
+        def __init__(self, handle):
             self.h, self.entries = handle, {}
 
         def put(self, key, value):
@@ -324,7 +325,7 @@ def test_rows_held_while_rank_0_reads_the_record_back_wait_for_the_write():
     for answer in rank0.lookups:
         answer()
     (commit,) = rank0.sent("kvs.commit")
-    assert commit.payload == {"1": dict(ROW, rank=1)}
+    assert commit.payload == {kvs_key(dothex(job_number(JOB)), 1): dict(ROW, rank=1)}
     assert rank0.events == ["memo"]
     commit.answer({})
     assert rank0.events == ["memo", "child answered"]
@@ -349,3 +350,81 @@ def test_each_gathering_event_leaves_nothing_waiting_that_could_go():
     rank0.end_shell()
     rank0.sent("kvs.commit")[0].answer({})
     assert rank0.handing == {} and rank0.holding == {}
+
+
+def complete(rank0, plain, late=False):
+    """Job ``plain``'s rows of ranks 0 and 1 to rank 0 (``late``: rank 1's as a
+    correction); what waits is recorded in ``events`` as "<plain> 0" and "<plain> 1"."""
+    if not late:
+        settle = rank0.answered(f"{plain} 0")
+        rank0.shell_ended(plain, f"shell-0-{plain}.service", USAGE, None, settle)
+    body = {"id": job_number(plain), "rank": 1, "rows": {"1": dict(ROW, rank=1)}, "late": late}
+    rank0.received(body, rank0.answered(f"{plain} 1"))
+
+
+def test_records_that_come_while_a_commit_is_out_go_in_one_commit_when_it_is_answered():
+    """Jobs f3 and f4 complete while f2's commit is out: one transaction carries both
+    (keys in full), their memos go as it is sent, and their waiters when it is answered."""
+    rank0 = Broker(0)
+    complete(rank0, "f2")
+    complete(rank0, "f3")
+    complete(rank0, "f4")
+    (first,) = rank0.sent("kvs.commit")
+    assert rank0.events == ["f2 0", "memo", "f3 0", "f4 0"]
+    first.answer({})
+    second = rank0.sent("kvs.commit")[1]
+    assert sorted(second.payload) == sorted(
+        kvs_key(dothex(job_number(p)), r) for p in ("f3", "f4") for r in (0, 1)
+    )
+    assert rank0.events[4:] == ["f2 1", "memo", "memo"]
+    second.answer({})
+    assert rank0.events[7:] == ["f3 1", "f4 1"] and len(rank0.sent("kvs.commit")) == 2
+
+
+def test_a_record_read_back_waits_for_the_job_s_commit_out():
+    """A late correction of f2 while f2's record is being committed: it is read back
+    only once that commit is answered (else the memo would lack what it carries)."""
+    rank0 = Broker(0, held=True)
+    complete(rank0, "f2")
+    complete(rank0, "f2", late=True)
+    assert rank0.lookups == []
+    rank0.sent("kvs.commit")[0].answer({})
+    assert len(rank0.lookups) == 2
+
+
+def test_an_unload_commits_the_records_waiting_and_answers_every_waiter_once():
+    rank0 = Broker(0)
+    complete(rank0, "f2")
+    complete(rank0, "f3")
+    rank0.close()
+    first, second = rank0.sent("kvs.commit")
+    assert sorted(second.payload) == [kvs_key(dothex(job_number("f3")), r) for r in (0, 1)]
+    assert sorted(rank0.events) == sorted(["f2 0", "f2 1", "f3 0", "f3 1", "memo", "memo"])
+    first.answer({})
+    second.answer({})
+    assert len(rank0.events) == 6
+
+
+def test_a_leaf_looks_up_no_r_and_sends_its_row_up_at_its_shell_s_end():
+    rank1 = Broker(1)
+    rank1.end_shell()
+    (up,) = rank1.sent(job_usage.GATHER_TOPIC)
+    assert up.payload["rows"] == {"1": USAGE.placed(1, "node1", f"shell-1-{JOB}.service")}
+    assert rank1.keys == []
+
+
+def test_a_commit_that_cannot_be_sent_answers_its_waiters_and_the_next_goes(monkeypatch):
+    rank0 = Broker(0)
+    complete(rank0, "f2")
+    complete(rank0, "f3")
+
+    def refused(handle, _kvstxn):
+        raise OSError(12, "Cannot allocate memory")
+
+    commit_async = flux.kvs.commit_async
+    monkeypatch.setattr(flux.kvs, "commit_async", refused)
+    rank0.sent("kvs.commit")[0].answer({})
+    assert rank0.events[-2:] == ["memo", "f3 1"]
+    monkeypatch.setattr(flux.kvs, "commit_async", commit_async)
+    complete(rank0, "f4")
+    assert len(rank0.sent("kvs.commit")) == 2
