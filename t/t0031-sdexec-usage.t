@@ -131,9 +131,10 @@ test_expect_success 'CPU of a 200 MB burn is within 5% of %U+%S, its peak within
 '
 test_expect_success UNIT_SOURCE 'read from the unit: no accounting slice while the job runs' '
 	id=$(flux submit sleep 300) &&
+	test_when_finished "flux cancel $id || :" &&
 	flux job wait-event -t $T -p exec $id shell.start &&
 	plain=$(flux job id --to=f58plain $id) &&
-	systemctl --user show -p Slice --value "shell-0-$plain:$SDEXEC_INSTANCE.service" >slice.out &&
+	systemctl --user show -p Slice --value "shell-0-$plain-0:$SDEXEC_INSTANCE.service" >slice.out &&
 	systemctl --user list-units --all --no-legend "app-sdexec*" >slices.out &&
 	test_debug "cat slice.out slices.out" &&
 	test "$(cat slice.out)" = app.slice &&
