@@ -218,7 +218,7 @@ print(json.dumps(flux.Flux().rpc(\"sdexec.wait\", {\"pid\": -1, \"label\": sys.a
 	flux job info $id sdexec-usage.0 | jq -S . >kept-after.json &&
 	test_debug "cat kept-before.json kept-wait.json" &&
 	test_cmp kept-before.json kept-after.json &&
-	jq -e ".cpu_user_s > 0" kept-after.json &&
+	jq -e ".cpu_s > 0" kept-after.json &&
 	jq -S ".usage" kept-wait.json >kept-wait-usage.json &&
 	jq -S "del(.rank, .host, .unit)" kept-before.json >kept-figures.json &&
 	test_cmp kept-figures.json kept-wait-usage.json &&
