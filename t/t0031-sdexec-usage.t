@@ -134,7 +134,10 @@ test_expect_success UNIT_SOURCE 'read from the unit: no accounting slice while t
 	test_when_finished "flux cancel $id || :" &&
 	flux job wait-event -t $T -p exec $id shell.start &&
 	plain=$(flux job id --to=f58plain $id) &&
-	systemctl --user show -p Slice --value "shell-0-$plain-0:$SDEXEC_INSTANCE.service" >slice.out &&
+	unit=$(systemctl --user list-units --all --plain --no-legend "*$plain*.service" |
+		awk "{print \$1}") &&
+	test -n "$unit" &&
+	systemctl --user show -p Slice --value "$unit" >slice.out &&
 	systemctl --user list-units --all --no-legend "app-sdexec*" >slices.out &&
 	test_debug "cat slice.out slices.out" &&
 	test "$(cat slice.out)" = app.slice &&
