@@ -25,7 +25,9 @@ sdexec_under_flux 3 jobs -- -Stbon.topo=kary:1
 export FLUX_EXEC_PATH_PREPEND="$SDEXEC_SRCDIR/cmd"
 # burn.sh: each task burns ~3 s of CPU under /usr/bin/time, which writes its user and system
 # CPU and max RSS (KiB) to time.<rank> (long enough that the job shell's own CPU, counted in
-# the rank's figure, stays near 3% under TCG too)
+# the rank's figure, stays near 3% under TCG too). A burst of three waits up to 3T: under TCG
+# on a host running three guests it took over T (180 s there).
+BURN_WAIT=$((T * 3))
 cat >burn.sh <<-'EOF'
 	#!/bin/sh
 	exec /usr/bin/time -f "%U %S %M" -o time.$FLUX_TASK_RANK python3 -c "
@@ -51,7 +53,7 @@ print(json.dumps(flux.Flux().rpc(\"overlay.topology\", {\"rank\": 0}).get()))" >
 test_expect_success 'a 3-rank job: flux jobs -o shows its CPU and peak memory' '
 	gather_stats >stats-before.json &&
 	id=$(flux submit -N3 -n3 --cwd="$PWD" ./burn.sh) &&
-	flux job wait-event -t $T $id clean &&
+	flux job wait-event -t $BURN_WAIT $id clean &&
 	flux jobs -no "{user.sdexec.cpu} {user.sdexec.maxmem} {user.sdexec.maxmem_rank} {user.sdexec.ranks}" \
 		$id >memo.out &&
 	test_debug "cat memo.out" &&
@@ -99,7 +101,7 @@ test_expect_success 'the shipped format: flux jobs -o sdexec' '
 '
 test_expect_success 'a job on ranks 1 and 2 only is gathered and written the same way' '
 	id2=$(flux submit -N2 --requires=rank:1-2 --cwd="$PWD" ./burn.sh) &&
-	flux job wait-event -t $T $id2 clean &&
+	flux job wait-event -t $BURN_WAIT $id2 clean &&
 	flux jobs -no "{user.sdexec.ranks} {user.sdexec.maxmem_rank}" $id2 >two.out &&
 	test_debug "cat two.out" &&
 	test "$(cat two.out)" = "2 2" &&
