@@ -263,9 +263,9 @@ test_expect_success !V1_MEMORY 'a child OOM-killed on cgroup v2: the shell ends 
 	test_might_fail flux run sh -c "python3 -c \"bytearray(200 << 20)\"; sleep 1; exit 0" \
 		2>child.err &&
 	id=$(flux job last) &&
-	test_debug "cat child.err" &&
+	cat child.err &&
 	flux job wait-event -t $T $id clean &&
-	grep "type=oom" child.err &&
+	flux job eventlog $id | grep "exception type=\"oom\"" &&
 	test "$(usage_of $id 0 result)" = oom-kill &&
 	test $(usage_of $id 0 oom_kills) -ge 1
 '
