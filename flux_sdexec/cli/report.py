@@ -34,8 +34,6 @@ KEYS = (
     "policy",
     "not_enforced",
     "unenforceable",
-    "usage",
-    "usage_note",
 )
 LEARNING = "learning"  # the usage column of a rank that has not learnt its source yet
 
@@ -66,7 +64,7 @@ def _usage(source):
 
 def _blank(rank, host, state, detail):
     record = {"rank": rank, "host": host, "state": state, "healthy": False, "detail": detail}
-    record.update({k: None for k in KEYS if k not in record})
+    record.update({k: None for k in (*KEYS, "usage", "usage_note") if k not in record})
     record.update({k: None for k in SUMMED})
     return record
 
@@ -130,11 +128,15 @@ def _key(record):
 
 
 def fold(records):
-    """Groups of records alike in KEYS, in order of their first rank.
+    """Groups of records alike in KEYS, in order of their first rank. The usage source is
+    not a key: ranks still learning theirs would otherwise split a group for as long as
+    some of them have run nothing.
 
     Returns:
         Dicts with the KEYS values, ``ranks`` (sorted), ``hosts`` (in rank order, each
-        once), ``healthy``, and SUMMED summed over the group (None if no rank had them).
+        once), ``healthy``, SUMMED summed over the group (None if no rank had them),
+        ``usage`` (the group's usage sources, each once, sorted) and ``usage_notes``
+        (``{note: [(rank, host), ...]}``).
     """
     groups = {}
     for r in sorted(records, key=lambda r: r["rank"]):
@@ -142,6 +144,11 @@ def fold(records):
         if g is None:
             g = groups[_key(r)] = {k: r[k] for k in KEYS}
             g.update(ranks=[], hosts=[], healthy=r["healthy"], **{k: None for k in SUMMED})
+            g.update(usage=[], usage_notes={})
+        if r["usage"] is not None and r["usage"] not in g["usage"]:
+            g["usage"] = sorted(g["usage"] + [r["usage"]])
+        if r["usage_note"]:
+            g["usage_notes"].setdefault(r["usage_note"], []).append((r["rank"], r["host"]))
         g["ranks"].append(r["rank"])
         if r["host"] not in g["hosts"]:
             g["hosts"].append(r["host"])
@@ -186,8 +193,9 @@ def lines(groups, hostlist=",".join):
         row["hostlist"] = hostlist(g["hosts"])
         row["constraints"] = ",".join(sorted(g["not_enforced"] or {})) or None
         row["never"] = ",".join(sorted(g["unenforceable"] or {})) or None
+        row["usage"] = ",".join(g["usage"]) or None
         rows.append(row)
-        where = f"rank{'s' if len(g['ranks']) > 1 else ''} {row['idset']} ({row['hostlist']})"
+        where = _where(g["ranks"], row["hostlist"])
         if g["detail"]:
             notes.append(f"{where}: {g['state']}: {g['detail']}")
         for name, reason in sorted((g["not_enforced"] or {}).items()):
@@ -197,6 +205,12 @@ def lines(groups, hostlist=",".join):
             by_reason.setdefault(reason, []).append(name)
         for reason, names in by_reason.items():
             notes.append(f"{where}: {','.join(names)} unenforceable: {reason}")
-        if g["usage_note"]:
-            notes.append(f"{where}: usage source: {g['usage_note']}")
+        for note, ranks in g["usage_notes"].items():
+            hosts = list(dict.fromkeys(host for _, host in ranks))
+            notes.append(f"{_where([r for r, _ in ranks], hostlist(hosts))}: usage source: {note}")
     return render(COLUMNS, rows) + notes
+
+
+def _where(ranks, hosts):
+    """How a note names ``ranks`` (sorted) on ``hosts`` (their hostlist text)."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {encode_idset(ranks)} ({hosts})"
