@@ -68,6 +68,7 @@ from flux_sdexec.usage.record import UsageRecord, dothex, kvs_key
 from flux_sdexec.usage.record_commits import RecordCommits
 
 GATHER_TOPIC = "sdexec.usage-gather"
+RAISE_TOPIC = "job-manager.raise"  # a job exception: {"id", "type", "severity", "note"}
 LIVE_TOPIC = "sdexec.usage-live"
 LIVE_WAIT_S = 2.0  # how long a live gathering waits for the subtree's rows, by default
 LIVE_WAIT_MAX_S = 60.0  # ... at most
@@ -177,17 +178,31 @@ class JobUsage:
         for action in self.gatherings.handle(event, now):
             after = self._perform(action)
             if after is not None:
-                carried[action.jobid] = after
+                carried.setdefault(action.jobid, []).append(after)
         for jobid in [j for j in self.handing if not self.gatherings.waiting_to_begin(j)]:
             waiting = self.handing.pop(jobid)
             if jobid in carried:
-                carried[jobid].extend(waiting)
+                self._after_all(carried[jobid], waiting)
             else:
                 self._call(waiting)
 
+    def _after_all(self, afters, waiting):
+        """``waiting`` called once every list of ``afters`` is called (each a list of what
+        waits for one answer: the commit or send that carries the rows, the oom
+        exception's raise)."""
+        left = [len(afters)]
+
+        def one_done():
+            left[0] -= 1
+            if not left[0]:
+                self._call(waiting)
+
+        for after in afters:
+            after.append(one_done)
+
     def _perform(self, action):
         """One action of the gatherings: its RPC, KVS commit, memo or timer; for a send or
-        write, the list of what waits for its answer."""
+        write or an oom exception, the list of what waits for its answer."""
         if isinstance(action, WriteRecord):
             return self._write(action)
         if isinstance(action, SendUp):
@@ -196,12 +211,13 @@ class JobUsage:
             future = self.h.rpc(GATHER_TOPIC, action.payload, flux.constants.FLUX_NODEID_UPSTREAM)
             what = f"usage of job {action.jobid}: to the parent broker"
             return self._await_answer(future, what, HAND_ON_S)
-        if isinstance(action, RaiseOom):
-            from flux.job import job_raise_async  # flux's: not in the unit tier
-
-            future = job_raise_async(self.h, action.jobid, OOM_TYPE, 1, action.note)
-            self._await_answer(future, f"usage of job {action.jobid}: oom exception")
-        elif isinstance(action, LookUpRanks):
+        if isinstance(action, RaiseOom):  # answered before the rows are handed on
+            raised = {"id": action.jobid, "type": OOM_TYPE, "severity": 1, "note": action.note}
+            future = self.h.rpc(RAISE_TOPIC, raised)
+            return self._await_answer(
+                future, f"usage of job {action.jobid}: oom exception", HAND_ON_S
+            )
+        if isinstance(action, LookUpRanks):
             self._look_up_ranks(action.jobid)
         elif isinstance(action, ReadRecord):
             self._read_record(action.jobid, action.ranks)

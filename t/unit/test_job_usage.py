@@ -428,3 +428,21 @@ def test_a_commit_that_cannot_be_sent_answers_its_waiters_and_the_next_goes(monk
     monkeypatch.setattr(flux.kvs, "commit_async", commit_async)
     complete(rank0, "f4")
     assert len(rank0.sent("kvs.commit")) == 2
+
+
+def test_a_shell_s_oom_exception_is_answered_before_its_end_is():
+    """A rank's record with an OOM kill: the ``oom`` exception is raised on the job and its
+    end answered only once both the raise and the send up are answered, in either order (an
+    exception raised after job-exec hears of the end can come after the job's finish)."""
+    for order in ((0, 1), (1, 0)):
+        rank1 = Broker(1)
+        oom = UsageRecord(1.0, 0.25, 100, 2, 1, 3.0, "oom-kill", 36608)
+        rank1.shell_ended(JOB, f"shell-1-{JOB}.service", oom, "50M", rank1.answered("settled"))
+        (raised,) = rank1.sent(job_usage.RAISE_TOPIC)
+        assert raised.payload["type"] == "oom" and raised.payload["severity"] == 1
+        assert "MemoryMax=50M" in raised.payload["note"]
+        answers = [raised, rank1.sent(job_usage.GATHER_TOPIC)[0]]
+        answers[order[0]].answer({})
+        assert rank1.events == []
+        answers[order[1]].answer({})
+        assert rank1.events == ["settled"]
