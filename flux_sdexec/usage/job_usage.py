@@ -10,7 +10,8 @@ as ``{"rank", "missing": why}``) and the job's totals as a memo (``{"sdexec": {"
 "maxmem", ...}}``: ``flux jobs -o '{user.sdexec.cpu}'``). A memo of a job already inactive
 is refused by the job manager (logged at debug level): the KVS record stays. OOM kills of a
 job shell's unit become a non-fatal job exception of type ``oom``, raised by the rank at
-once.
+once (``job-manager.raise``); the shell's end waits for its answer too, so the exception is
+in the job's eventlog before its finish.
 
 Rows handed in here (this rank's shell's, a child's message) are answered once handed on:
 sent up and answered by the parent, written at rank 0 (the commit answered, the memo posted
