@@ -57,16 +57,18 @@ for suite in $SUITES; do
         failed=1
         continue
     fi
+    start=$(date +%s)
     (cd "$BUILD/t" && timeout -k 10 "$timeout" "./$suite.t" -v) >"$log" 2>&1
     rc=$?
+    took="$(($(date +%s) - start)) s"
     pass=$(grep -c -E '^ok [0-9]+' "$log" | tr -d '\n')
     skip=$(grep -c -E '^ok [0-9]+ # skip' "$log" | tr -d '\n')
     fail=$(grep -E '^not ok [0-9]+' "$log" | grep -c -v '# TODO' | tr -d '\n')
     skip_all=$(sed -n 's/^1\.\.0 # SKIP[[:space:]]*//p' "$log")
     if [ -n "$skip_all" ]; then
-        echo "$suite: SKIPPED: $skip_all"
+        echo "$suite: SKIPPED: $skip_all ($took)"
     else
-        echo "$suite: $((pass - skip)) passed, $fail failed, $skip skipped"
+        echo "$suite: $((pass - skip)) passed, $fail failed, $skip skipped ($took)"
     fi
     if [ "$rc" -ne 0 ] || [ "$fail" -ne 0 ]; then
         failed=1

@@ -34,22 +34,24 @@ part_upstream() {
 }
 
 # suites DIR SCRIPT...: run each sharness SCRIPT of DIR verbosely, its log in results/,
-# and print its counts, the tests that failed and the first failure; 1 when any failed.
+# and print its counts and time, the tests that failed and the first failure; 1 when any failed.
 suites() {
     _dir=$1 _rc=0
     shift
     for _t in "$@"; do
         _log=$results/${_t%.t}.log
+        _start=$(date +%s)
         (cd "$_dir" && timeout -k 10 1200 "./$_t" -v) >"$_log" 2>&1
         _trc=$?
+        _took="$(($(date +%s) - _start)) s"
         _pass=$(grep -c -E '^ok [0-9]+' "$_log")
         _skip=$(grep -c -E '^ok [0-9]+ # skip' "$_log")
         _fail=$(grep -c -E '^not ok [0-9]+' "$_log")
         _all=$(sed -n 's/^1\.\.0 # SKIP[[:space:]]*//p' "$_log")
         if [ -n "$_all" ]; then
-            echo "${_t%.t}: SKIPPED: $_all"
+            echo "${_t%.t}: SKIPPED: $_all ($_took)"
         else
-            echo "${_t%.t}: $((_pass - _skip)) passed, $_fail failed, $_skip skipped"
+            echo "${_t%.t}: $((_pass - _skip)) passed, $_fail failed, $_skip skipped ($_took)"
         fi
         if [ $_trc -ne 0 ] || [ "$_fail" -ne 0 ]; then
             _rc=1
