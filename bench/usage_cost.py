@@ -23,32 +23,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "t"))
 
 from flux_cmd import instance_brokers, load_module, log, run, unload_module  # noqa: E402
 from measure import measure_burst  # noqa: E402
 from procfs import BenchError, cpu_seconds, host_note, locate  # noqa: E402
 
+from chaos.procs import bus_pid, manager_pid  # noqa: E402
+
 USAGES = ("jobs", "none")
-
-
-def bus_pid(name):
-    """The pid of the session bus's connection ``name`` (the bus daemon itself for
-    ``org.freedesktop.DBus``)."""
-    out = run(
-        [
-            "busctl",
-            "--user",
-            "call",
-            "org.freedesktop.DBus",
-            "/org/freedesktop/DBus",
-            "org.freedesktop.DBus",
-            "GetConnectionUnixProcessID",
-            "s",
-            name,
-        ],
-        timeout=10,
-    ).stdout.split()
-    return int(out[1])
 
 
 class Processes:
@@ -58,8 +41,10 @@ class Processes:
         self.paths = {f"broker {r}": f"/proc/{pid}" for r, pid in brokers.items()}
         for rank, tasks in locate("ours", module_path, brokers).items():
             self.paths[f"module {rank}"] = tasks.module[0]
-        self.paths["user manager"] = f"/proc/{bus_pid('org.freedesktop.systemd1')}"
-        self.paths["bus daemon"] = f"/proc/{bus_pid('org.freedesktop.DBus')}"
+        for label, pid in (("user manager", manager_pid()), ("bus daemon", bus_pid())):
+            if pid is None:
+                raise BenchError(f"the session bus did not say the {label}'s pid")
+            self.paths[label] = f"/proc/{pid}"
 
     def read(self):
         return {label: cpu_seconds(path) for label, path in self.paths.items()}
