@@ -9,9 +9,12 @@
 #   UPSTREAM_RESULTS  where each suite's log goes (default t/upstream-results)
 #   UPSTREAM_TIMEOUT  seconds each suite may run (default 900)
 #
-# The build's C sdexec.so* are moved aside for the run (flux's module search tries `.so*`
-# in every folder before any `.py`) and put back afterwards, also on failure or interrupt.
-# Each suite's log is kept in UPSTREAM_RESULTS.
+# The build's C sdexec.so* must not be found (flux's module search tries `.so*` in every
+# folder before any `.py`). As root the run gets a mount namespace of its own, where a copy of
+# the build's module folder without them is mounted over it: the tree never changes, so runs
+# sharing it (the two v2 guests, scripts/vm/check-v2.sh) leave each other alone. Otherwise
+# they are moved aside for the run, one run at a time per tree, and put back afterwards, also
+# on failure or interrupt. Each suite's log is kept in UPSTREAM_RESULTS.
 set -uo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,20 +32,31 @@ results=${UPSTREAM_RESULTS:-$repo/t/upstream-results}
 timeout=${UPSTREAM_TIMEOUT:-900}
 mkdir -p "$results" "$aside"
 
-# One run at a time per build tree: the C module is out of place while it runs.
-exec 9>"$BUILD/.flux-sdexec-upstream.lock"
-flock -w 1800 9 || die "another check-upstream holds $BUILD for over 30 minutes"
-
+if [ -z "${CHECK_UPSTREAM_NS:-}" ] && [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+    CHECK_UPSTREAM_NS=1 exec unshare -m --propagation private "$0" "$@"
+fi
 restore() { mv -f "$aside"/sdexec.so* "$libs"/ 2>/dev/null || true; }
 restore  # a run killed outright (SIGKILL) may have left them aside
-trap restore EXIT
+if [ -n "${CHECK_UPSTREAM_NS:-}" ]; then
+    view=$(mktemp -d) || exit 1
+    trap 'rm -rf "$view"' EXIT  # its mount goes with this namespace
+    cp -a "$libs"/. "$view"/ && rm -f "$view"/sdexec.so* && mount --bind "$view" "$libs" ||
+        die "could not mount a copy of $libs without the C sdexec.so* over it"
+    hidden="hidden by a mount of this run's own"
+else
+    # One run at a time per build tree: the C module is out of place while it runs.
+    exec 9>"$BUILD/.flux-sdexec-upstream.lock"
+    flock -w 1800 9 || die "another check-upstream holds $BUILD for over 30 minutes"
+    trap restore EXIT
+    mv "$libs"/sdexec.so* "$aside"/ 2>/dev/null
+    hidden="moved aside"
+fi
 trap 'exit 130' INT
 trap 'exit 143' TERM
-mv "$libs"/sdexec.so* "$aside"/ 2>/dev/null
-! ls "$libs"/sdexec.so* >/dev/null 2>&1 || die "could not move the C sdexec.so* out of $libs"
+! ls "$libs"/sdexec.so* >/dev/null 2>&1 || die "could not hide the C sdexec.so* in $libs"
 
 export FLUX_MODULE_PATH_PREPEND="$repo/flux_sdexec/modules"
-echo "check-upstream: $BUILD/t against $FLUX_MODULE_PATH_PREPEND (C sdexec.so moved aside)"
+echo "check-upstream: $BUILD/t against $FLUX_MODULE_PATH_PREPEND (C sdexec.so $hidden)"
 # Make sure `flux module load sdexec` in that tree loads ours (it logs its unit glob).
 "$BUILD/src/cmd/flux" start -Sbroker.rc1_path= -Sbroker.rc3_path= \
     sh -c 'flux module load sdexec && flux dmesg | grep -q "units named <label>:"' ||
