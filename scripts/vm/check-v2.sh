@@ -2,7 +2,7 @@
 # scripts/vm/check-v2.sh: the v2 tier from the host (make check-v2), as two guests side by side,
 # which keep this machine's two cores busy (TCG), so the tier takes about as long as the
 # longer guest. The work is split so that they take about as long (2026-12-05, Debian 12:
-# 1,905 s and about 1,950 s; doc/dev/testing.md):
+# 1,951 s and 2,032 s; doc/dev/testing.md):
 #
 #   first    3 vCPUs (t2416 runs its MULTICORE tests only with more than 2): flux-core's
 #            suites but the last (t/v2/tier.sh's part "upstream")

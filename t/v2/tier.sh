@@ -26,7 +26,11 @@ say() { echo "v2: $*"; }
 failed=
 
 part_upstream() {
-    # t2416 took over 900 s on a Debian 13 guest beside another guest and a loaded host.
+    # t2416 took over 900 s on a Debian 13 guest beside another guest and a loaded host. At a
+    # suite's end, rank 0's shutdown under TCG beside another guest once took over the 20 s flux
+    # start gives it once rank 1 has exited (t2411, exit 137, with no sdexec loaded by then):
+    # FLUX_TEST_WRAP, which flux-core's test_under_flux passes to flux start, gives it 120.
+    FLUX_TEST_WRAP=--test-exit-timeout=120 \
     UPSTREAM_TIMEOUT=${UPSTREAM_TIMEOUT:-1800} UPSTREAM_RESULTS=$results/upstream \
         UPSTREAM_SUITES="${V2_UPSTREAM_SUITES:-t2409-sdexec
         t2410-sdexec-memlimit t2411-sdexec-job t2412-sdmon t2413-sdmon-resource
