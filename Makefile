@@ -212,11 +212,12 @@ check-site:
 # V2_RELEASES="bookworm trixie"` adds Debian 13), two fresh copies of its image side by side
 # (scripts/vm/check-v2.sh) and runs t/v2/tier.sh there: flux-core's sdexec, sdmon and
 # containment suites in one, our layout-dependent and usage tests, the production instance
-# under flux.service and flux-core's t2421 in the other (V2_TIMEOUT: seconds a guest may run). One SKIP line where this machine cannot run a guest; in CI
-# (CI=true) that is a failure. Without flux-core's build tree (FLUX_CORE_BUILD, else the newest
-# make flux-core kept) make vm builds it first (make flux-core, from the tarball
-# scripts/tarball.sh finds; it installs nothing); for a release other than this machine's, in
-# a build root of that release (scripts/vm/release-lib.sh).
+# under flux.service and flux-core's t2421 in the other (V2_TIMEOUT: seconds a guest may
+# run). One SKIP line where this machine cannot run a guest; in CI (CI=true) that is a
+# failure. Without flux-core's build tree (FLUX_CORE_BUILD, else the newest make flux-core
+# kept) make vm builds it first (make flux-core, from the tarball scripts/tarball.sh finds; it
+# installs nothing); for a release other than this machine's, in a build root of that release
+# (scripts/vm/release-lib.sh).
 V2_TIMEOUT ?= 3000
 V2_RELEASE ?= bookworm
 V2_RELEASES ?= bookworm
