@@ -191,11 +191,12 @@ class JobUsage:
         """``waiting`` called once every list of ``afters`` is called (each a list of what
         waits for one answer: the commit or send that carries the rows, the oom
         exception's raise)."""
-        left = [len(afters)]
+        left = len(afters)
 
         def one_done():
-            left[0] -= 1
-            if not left[0]:
+            nonlocal left
+            left -= 1
+            if not left:
                 self._call(waiting)
 
         for after in afters:
