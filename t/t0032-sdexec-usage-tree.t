@@ -27,7 +27,13 @@ export FLUX_EXEC_PATH_PREPEND="$SDEXEC_SRCDIR/cmd"
 # CPU and max RSS (KiB) to time.<rank> (long enough that the job shell's own CPU, counted in
 # the rank's figure, stays near 3% under TCG too). A burst of three waits up to 3T: under TCG
 # on a host running three guests it took over T (180 s there). BURN_STEPS=0: the memory alone.
+# The ranks may end far apart under TCG (one rank's burn took 62 s of CPU and was still running
+# 30 s after another's ended), so the burn jobs run with exit-timeout=none: the shell's default
+# raises a fatal exception 30 s after the first task exits and kills the rest.
 BURN_WAIT=$((T * 3))
+burn_submit() {
+	flux submit -o exit-timeout=none --cwd="$PWD" "$@" ./burn.sh
+}
 cat >burn.sh <<-'EOF'
 	#!/bin/sh
 	exec /usr/bin/time -f "%U %S %M" -o time.$FLUX_TASK_RANK python3 -c "
@@ -52,7 +58,7 @@ print(json.dumps(flux.Flux().rpc(\"overlay.topology\", {\"rank\": 0}).get()))" >
 '
 test_expect_success 'a 3-rank job: flux jobs -o shows its CPU and peak memory' '
 	gather_stats >stats-before.json &&
-	id=$(flux submit -N3 -n3 --cwd="$PWD" ./burn.sh) &&
+	id=$(burn_submit -N3 -n3) &&
 	flux job wait-event -t $BURN_WAIT $id clean &&
 	flux jobs -no "{user.sdexec.cpu} {user.sdexec.maxmem} {user.sdexec.maxmem_rank} {user.sdexec.ranks}" \
 		$id >memo.out &&
@@ -100,7 +106,7 @@ test_expect_success 'the shipped format: flux jobs -o sdexec' '
 	grep "$(flux job id --to=f58 $id).* $maxmem " preset.out
 '
 test_expect_success 'a job on ranks 1 and 2 only is gathered and written the same way' '
-	id2=$(BURN_STEPS=0 flux submit -N2 --requires=rank:1-2 --cwd="$PWD" ./burn.sh) &&
+	id2=$(burn_submit -N2 --requires=rank:1-2 --env=BURN_STEPS=0) &&
 	flux job wait-event -t $BURN_WAIT $id2 clean &&
 	flux jobs -no "{user.sdexec.ranks} {user.sdexec.maxmem_rank}" $id2 >two.out &&
 	test_debug "cat two.out" &&
