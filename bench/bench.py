@@ -40,6 +40,7 @@ from flux_cmd import (
     unload_module,
     dmesg_lines,
     dmesg_problems,
+    usage_sources,
 )
 from measure import (
     exec_cmd,
@@ -88,6 +89,8 @@ def bench_module(kind, path, args, broker_pids, digest, round_no):
         res["job_lat"] = measure_job_latency(args.job_runs, args.job_warmup)
         log(f"{kind}: burst of {args.jobs} jobs")
         res["burst"] = measure_burst(tasks, args.jobs, args.burst_timeout)
+        if kind == "ours":
+            res["usage_source"] = usage_sources(ranks)
         # our module is a process of its own; the C module's memory is the broker's
         res["rss_kb"] = rss_kb(int(rank0.module[0].split("/")[2])) if kind == "ours" else None
         if args.profile and kind in args.profile.split(",") and round_no == 1:

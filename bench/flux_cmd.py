@@ -121,3 +121,13 @@ def dmesg_lines(rank):
 def dmesg_problems(ranks):
     keys = (".err[", ".crit[", ".alert[", ".emerg[", ".warning[")
     return [line for r in ranks for line in dmesg_lines(r) if any(k in line for k in keys)]
+
+
+def usage_sources(ranks):
+    """{rank: where our sdexec reads a job shell's usage: unit, slice or learning}, from its
+    ``flux module stats`` (doc/guide/usage.md)."""
+    sources = {}
+    for rank in ranks:
+        stats = json.loads(run(["flux", "module", "stats", "sdexec"], rank=rank).stdout)
+        sources[str(rank)] = (stats.get("usage-source") or {}).get("source") or "learning"
+    return sources

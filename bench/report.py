@@ -192,6 +192,11 @@ def details(res):
         shown = list(new.items())[:10]
     for u, s in shown:
         out.append(f"      {u} {s}")
+    if res.get("usage_source"):
+        out.append(
+            "   usage read from: "
+            + ", ".join(f"rank {r} {s}" for r, s in sorted(res["usage_source"].items()))
+        )
     out.append(f"   flux dmesg warnings/errors (ranks 0,1): {len(res['dmesg'])}")
     for line in res["dmesg"][:10]:
         out.append(f"      {line}")
