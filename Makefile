@@ -211,8 +211,8 @@ check-site:
 # check-v2 boots, for each release of V2_RELEASES (default bookworm; `make check-v2
 # V2_RELEASES="bookworm trixie"` adds Debian 13), two fresh copies of its image side by side
 # (scripts/vm/check-v2.sh) and runs t/v2/tier.sh there: flux-core's sdexec, sdmon and
-# containment suites in one, our layout-dependent and usage tests, the production instance
-# under flux.service and flux-core's t2421 in the other (V2_TIMEOUT: seconds a guest may
+# containment suites and our t0011 in one, our other layout-dependent and usage tests and
+# the production instance under flux.service in the other (V2_TIMEOUT: seconds a guest may
 # run). One SKIP line where this machine cannot run a guest; in CI (CI=true) that is a
 # failure. Without flux-core's build tree (FLUX_CORE_BUILD, else the newest make flux-core
 # kept) make vm builds it first (make flux-core, from the tarball scripts/tarball.sh finds; it
