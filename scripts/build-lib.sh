@@ -8,14 +8,17 @@ check_sha256() {
     say "sha256 of $(basename "$1") checked"
 }
 
-# install_build_deps PACKAGES...: as root with apt-get, install them (apt-get update once if
-# that fails); otherwise name them for the user to install.
+# install_build_deps PACKAGES...: as root with apt-get, install them (when that fails, as it
+# does where apt has no package lists yet, a new build root's, apt-get update and again: only
+# that second try's errors are shown); otherwise name them for the user to install.
 install_build_deps() {
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         say "installing Debian build dependencies"
         export DEBIAN_FRONTEND=noninteractive
-        apt-get install -y -q --no-install-recommends "$@" >/dev/null ||
-            { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "$@" >/dev/null; }
+        apt-get install -y -q --no-install-recommends "$@" >/dev/null 2>&1 || {
+            say "apt-get install failed: apt-get update, then again"
+            apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "$@" >/dev/null
+        }
     else
         say "not root with apt-get: make sure these (or your distribution's equivalents) are installed:"
         echo "    $*"

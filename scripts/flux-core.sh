@@ -24,8 +24,7 @@ set -euo pipefail
 
 MIN_VERSION=${FLUX_CORE_MIN_VERSION:-0.88.0}
 PREFIX=${FLUX_CORE_PREFIX:-/usr/local}
-PYTHON=${FLUX_PYTHON:-/usr/bin/python3}
-[ -x "$PYTHON" ] || { echo "flux-core: FLUX_PYTHON=$PYTHON is not an executable" >&2; exit 1; }
+PYTHON=${FLUX_PYTHON:-/usr/bin/python3}  # checked once the build dependencies (python3-dev) are in
 TARBALL=${FLUX_CORE_TARBALL:-}
 say() { echo "flux-core: $*"; }
 die() { echo "flux-core: $*" >&2; exit 1; }
@@ -96,6 +95,7 @@ fi
 check_sha256 "$TARBALL" "${FLUX_CORE_SHA256:-}" FLUX_CORE_SHA256
 # shellcheck disable=SC2086
 install_build_deps $DEB_DEPS
+[ -x "$PYTHON" ] || die "FLUX_PYTHON=$PYTHON is not an executable"
 for mod in cffi yaml jsonschema ply; do
     "$PYTHON" -c "import $mod" 2>/dev/null || die "$PYTHON lacks the Python module $mod (Debian: python3-$mod)"
 done

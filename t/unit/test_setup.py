@@ -18,6 +18,8 @@ import shutil
 import subprocess
 import tarfile
 
+import pytest
+
 TOP = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -47,8 +49,11 @@ def run(tmp_path, args, **env):
     )
     base.update(env)
     # "make": this checkout's Makefile under the real make (the stand-in records the make
-    # commands the Makefile's scripts run)
-    script = shutil.which("make") if args[0] == "make" else str(TOP / "scripts" / args[0])
+    # commands the Makefile's scripts run); "bash": a command line, run in the checkout
+    if args[0] in ("make", "bash"):
+        script = shutil.which(args[0])
+    else:
+        script = str(TOP / "scripts" / args[0])
     return subprocess.run(
         [script, *args[1:]],
         env=base,
@@ -325,3 +330,51 @@ def test_flux_service_goes_where_systemd_looks(tmp_path):
     args = (tmp_path / "nowhere" / "configure.args").read_text().split()
     prefix = env["FLUX_CORE_PREFIX"]
     assert f"--with-systemdsystemunitdir={prefix}/lib/systemd/system" in args
+
+
+def _apt_get_needing_update(tmp_path, then=""):
+    """A stand-in apt-get, as in a new build root (mmdebstrap leaves no package lists): install
+    fails, naming the package it cannot locate, until update has run; then it runs THEN."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    write_exe(bindir / "flux", "exit 1\n")
+    write_exe(bindir / "make", f'echo "make $*" >>"{tmp_path}/ran"\nexit 0\n')
+    write_exe(
+        bindir / "apt-get",
+        f'echo "apt-get $*" >>"{tmp_path}/ran"\n'
+        f'case " $* " in *" update "*) : >"{tmp_path}/updated"; exit 0 ;; esac\n'
+        f'[ -e "{tmp_path}/updated" ] ||\n'
+        '    { echo "E: Unable to locate package gcc" >&2; exit 100; }\n'
+        f"{then}\nexit 0\n",
+    )
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="apt-get is run only as root")
+def test_build_deps_in_a_new_root_show_no_false_error(tmp_path):
+    """No package lists yet: the first install's 'Unable to locate package' is not shown (it
+    was followed by a successful install); update, then install, ran."""
+    _apt_get_needing_update(tmp_path)
+    out = run(
+        tmp_path,
+        ["bash", "-c", '. scripts/build-lib.sh; say() { echo "$*"; }; install_build_deps gcc'],
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Unable to locate" not in out.stdout + out.stderr
+    ran = (tmp_path / "ran").read_text().splitlines()
+    assert [line.split()[1] for line in ran] == ["install", "update", "install"]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="apt-get is run only as root")
+def test_make_flux_core_in_a_root_whose_python_comes_with_the_build_deps(tmp_path):
+    """A minimal root (Debian 13's build root for the v2 guest) has no /usr/bin/python3 until
+    flux-core's build dependencies bring it: flux-core.sh installs them before it asks for
+    FLUX_PYTHON, and configures with it."""
+    _, env = _installed_core_and_tarball(tmp_path)
+    python = pathlib.Path(env["FLUX_PYTHON"])
+    python.rename(tmp_path / "python3.later")
+    shutil.rmtree(tmp_path / "prefix")
+    _apt_get_needing_update(tmp_path, then=f'cp "{tmp_path}/python3.later" "{python}"')
+    out = run(tmp_path, ["flux-core.sh"], **env)
+    assert "is not an executable" not in out.stderr
+    args = (tmp_path / "nowhere" / "configure.args").read_text().split()
+    assert f"PYTHON={python}" in args
