@@ -208,19 +208,19 @@ check-site:
 # guest under qemu (scripts/vm/, doc/dev/testing.md). `make vm` builds or refreshes the image of
 # V2_RELEASE (bookworm, the default, or trixie: Debian 13, systemd 257, Linux 6.12; VM_DIR,
 # default /var/tmp/flux-sdexec/v2vm, v2vm-trixie for trixie; rebuilt when its inputs change);
-# check-v2 boots, for each release of V2_RELEASES (default bookworm; `make check-v2
-# V2_RELEASES="bookworm trixie"` adds Debian 13), two fresh copies of its image side by side
+# check-v2 boots, for each release of V2_RELEASES (default "bookworm trixie": Debian 12 and
+# 13; `make check-v2 V2_RELEASES=trixie` for one), two fresh copies of its image side by side
 # (scripts/vm/check-v2.sh) and runs t/v2/tier.sh there: flux-core's sdexec, sdmon and
-# containment suites and our t0011 in one, our other layout-dependent and usage tests and
-# the production instance under flux.service in the other (V2_TIMEOUT: seconds a guest may
-# run). One SKIP line where this machine cannot run a guest; in CI (CI=true) that is a
+# containment suites and our t0011 and t0032 in one, our other layout-dependent and usage
+# tests and the production instance under flux.service in the other (V2_TIMEOUT: seconds a
+# guest may run). One SKIP line where this machine cannot run a guest; in CI (CI=true) that is a
 # failure. Without flux-core's build tree (FLUX_CORE_BUILD, else the newest make flux-core
 # kept) make vm builds it first (make flux-core, from the tarball scripts/tarball.sh finds; it
 # installs nothing); for a release other than this machine's, in a build root of that release
 # (scripts/vm/release-lib.sh).
 V2_TIMEOUT ?= 3000
 V2_RELEASE ?= bookworm
-V2_RELEASES ?= bookworm
+V2_RELEASES ?= bookworm trixie
 vm:
 	V2_RELEASE=$(V2_RELEASE) scripts/vm/build.sh
 
