@@ -79,7 +79,8 @@ part_production() {
 
 say "Debian $(cat /etc/debian_version), $(uname -sr)," \
     "$(systemctl --version | head -1) as pid 1, /sys/fs/cgroup is $(stat -fc %T /sys/fs/cgroup)," \
-    "controllers: $(cat /sys/fs/cgroup/cgroup.controllers), $(nproc) CPUs"
+    "controllers: $(cat /sys/fs/cgroup/cgroup.controllers), $(nproc) CPUs, clocksource" \
+    "$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 loginctl enable-linger root && systemctl start user@0.service || exit 1
 export XDG_RUNTIME_DIR=/run/user/0 DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/0/bus
 say "user@0.service delegates: $(systemctl show -p DelegateControllers --value user@0.service)"
