@@ -2,7 +2,7 @@
 # scripts/vm/check-v2.sh: the v2 tier from the host (make check-v2), as two guests side by side,
 # which keep this machine's two cores busy (TCG), so the tier takes about as long as the
 # longer guest. Each guest's virtual CPUs take turns on one host thread (run.sh --tcg-thread
-# single): with a thread for each, five threads on two cores ran three times slower. The work
+# single): with a thread for each, five threads on two cores ran 2-3 times slower. The work
 # is split so that they take about as long (doc/dev/testing.md has each suite's time):
 #
 #   first    3 vCPUs (t2416 runs its MULTICORE tests only with more than 2): flux-core's

@@ -19,13 +19,13 @@
 #   --timeout S    power the guest off after S seconds (default 1500) and fail with 124
 #   --smp N        virtual CPUs (default VM_SMP, else 3: flux-core's t2416 runs its MULTICORE
 #                  tests only with more than 2 cores)
-#   --tcg-thread MODE  multi: a host thread per virtual CPU; single: one host thread runs them
-#                  all in turn. Default: multi when the virtual CPUs are no more than this
-#                  machine's, else single. With more host threads than cores, multi was
-#                  three times slower: two guests of 3 and 2 virtual CPUs on two cores ran
-#                  flux-core's t2409 in 265 s each with multi, 90 s with single (likely a
-#                  virtual CPU spinning on a lock whose holder's thread waits for a core:
-#                  TCG has no paravirtual spinlocks). scripts/vm/check-v2.sh passes single
+#   --tcg-thread MODE  multi (default, qemu's): a host thread per virtual CPU; single: one
+#                  host thread runs them all in turn. With more host threads than cores,
+#                  multi was two to three times slower: two guests of 3 and 2 virtual CPUs
+#                  on two cores ran flux-core's t2409 in 265 s each with multi, 90 s with
+#                  single; an hour later 293-301 s and 148-155 s (likely a virtual CPU
+#                  spinning on a lock whose holder's thread waits for a core: TCG has no
+#                  paravirtual spinlocks). scripts/vm/check-v2.sh passes single
 #
 # Environment: V2_RELEASE (bookworm, the default, or trixie) and VM_DIR (the image, default
 # /var/tmp/flux-sdexec/v2vm, v2vm-trixie for trixie: scripts/vm/release-lib.sh), VM_MEM (MiB,
@@ -36,7 +36,7 @@ set -uo pipefail
 # shellcheck source=scripts/vm/release-lib.sh
 . "$(dirname "$0")/release-lib.sh"
 die() { echo "vm: $*" >&2; exit 1; }
-shares=("$PWD") timeout=1500 smp=${VM_SMP:-3} tcg_thread=
+shares=("$PWD") timeout=1500 smp=${VM_SMP:-3} tcg_thread=multi
 while [ $# -gt 0 ]; do
     case $1 in
     --share) shares+=("$(cd "$2" && pwd)") || die "--share $2: no such folder"; shift 2 ;;
@@ -47,10 +47,6 @@ while [ $# -gt 0 ]; do
     *) die "usage: scripts/vm/run.sh [--share PATH]... [--timeout S] [--smp N] [--tcg-thread single|multi] -- COMMAND..." ;;
     esac
 done
-if [ -z "$tcg_thread" ]; then
-    tcg_thread=multi
-    [ "$smp" -le "$(nproc)" ] || tcg_thread=single
-fi
 case $tcg_thread in single | multi) ;; *) die "--tcg-thread $tcg_thread: not single or multi" ;; esac
 [ $# -gt 0 ] || die "no command"
 [ -f "$VM_DIR/disk.img" ] || die "no image in $VM_DIR: make vm V2_RELEASE=$v2_release"
