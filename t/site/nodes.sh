@@ -132,6 +132,7 @@ nodes_up() {
     echo "$1" >"$SITE_STATE/nodes"
     install -d -o munge -g munge -m 0755 "$SITE_STATE/munge" || exit 1
     site_say "users"; users_up || site_die "could not create the users"
+    guest_job_tmpdirs_down
     site_say "IMP";   imp_up || site_die "could not install the IMP"
     site_say "config"; nodes_config "$1" || site_die "could not write $SITE_CONF"
     for _n in $(seq 0 $(($1 - 1))); do
@@ -185,6 +186,7 @@ nodes_down() {
         site_stop_pid "node-$_n"
     done
     site_stop_pid munged
+    guest_job_tmpdirs_down
     for _n in $_nodes; do
         for _h in systemd unified; do
             rmdir "/sys/fs/cgroup/$_h/$(node_slice "$_n")" 2>/dev/null

@@ -5,6 +5,17 @@ SITE_MUNGE_SOCKET=/run/munge/munge.socket.2 # the default socket every munge cli
 
 # users_up: the instance owner `flux` (a system user, home /var/lib/flux as flux.service's
 # StateDirectory) and the guests (ordinary users; the first also in a supplementary group).
+# guest_job_tmpdirs_down: remove the job shells' temporary folders (/tmp/jobtmp-RANK-JOBID)
+# that the guests' jobs left (a job whose shell or broker a test kills leaves its own). Job
+# ids start over in every new instance, so a later run can give another guest's job the same
+# folder, and its shell fails ("files: chdir /tmp/jobtmp-0-...: Permission denied").
+guest_job_tmpdirs_down() {
+    for _g in $SITE_GUESTS; do
+        id "$_g" >/dev/null 2>&1 || continue
+        find /tmp -maxdepth 1 -name 'jobtmp-*' -user "$_g" -exec rm -rf {} +
+    done
+}
+
 users_up() {
     getent group "$SITE_GUEST_GROUP" >/dev/null || groupadd "$SITE_GUEST_GROUP" || return 1
     if ! id "$SITE_USER" >/dev/null 2>&1; then

@@ -42,6 +42,7 @@ site_up() {
     [ -z "$_why" ] || site_die "cannot run here: $_why"
     install -d -m 0755 "$SITE_STATE" || exit 1
     site_say "users";    users_up || site_die "could not create the users"
+    guest_job_tmpdirs_down
     site_say "munge";    munge_up || site_die "could not start munged"
     site_say "IMP";      imp_up || site_die "could not install the IMP"
     site_say "manager";  manager_up || site_die "could not start the $SITE_USER manager"
@@ -58,6 +59,7 @@ site_down() {
     site_say "instance"; instance_down
     site_say "manager";  manager_down
     site_say "munge";    munge_down
+    guest_job_tmpdirs_down
     rm -rf "$SITE_STATE"
     site_say "down"
 }
