@@ -32,14 +32,20 @@ def sha256(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run(tmp_path, args, **env):
-    """Run a script of scripts/ with stand-ins first on PATH and no FLUX_* from outside."""
+def stand_ins(tmp_path):
+    """tmp_path/bin, made once: a ``flux`` that fails, ``make`` and ``apt-get`` that record."""
     bindir = tmp_path / "bin"
     if not bindir.exists():
         bindir.mkdir()
         write_exe(bindir / "flux", "exit 1\n")
         for tool in ("make", "apt-get"):
             write_exe(bindir / tool, f'echo "{tool} $*" >>"{tmp_path}/ran"\nexit 0\n')
+    return bindir
+
+
+def run(tmp_path, args, **env):
+    """Run a script of scripts/ with stand-ins first on PATH and no FLUX_* from outside."""
+    bindir = stand_ins(tmp_path)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("FLUX_", "SDEXEC_"))}
     base.update(
         PATH=f"{bindir}:{os.environ['PATH']}",
@@ -335,12 +341,8 @@ def test_flux_service_goes_where_systemd_looks(tmp_path):
 def _apt_get_needing_update(tmp_path, then=""):
     """A stand-in apt-get, as in a new build root (mmdebstrap leaves no package lists): install
     fails, naming the package it cannot locate, until update has run; then it runs THEN."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    write_exe(bindir / "flux", "exit 1\n")
-    write_exe(bindir / "make", f'echo "make $*" >>"{tmp_path}/ran"\nexit 0\n')
     write_exe(
-        bindir / "apt-get",
+        stand_ins(tmp_path) / "apt-get",
         f'echo "apt-get $*" >>"{tmp_path}/ran"\n'
         f'case " $* " in *" update "*) : >"{tmp_path}/updated"; exit 0 ;; esac\n'
         f'[ -e "{tmp_path}/updated" ] ||\n'
