@@ -106,6 +106,12 @@ if [ "${1:-}" = --why-not ]; then
 fi
 why=$(why_not)
 [ -z "$why" ] || die "cannot build the guest here: $why"
+# One build of an image at a time (make check's background build, a make vm); a build that
+# is stopped removes its work directory (the EXIT trap below).
+trap 'exit 143' TERM INT
+mkdir -p "$(dirname "$VM_DIR")"
+exec 8>>"$VM_DIR.lock"
+flock -n 8 || { say "waiting for another build of $VM_DIR"; flock 8; }
 
 # in_release PATH... -- COMMAND...: COMMAND for the guest's release, with PATHs reachable: here,
 # or in the build root (of which all but COMMAND's output goes to the build root's log).
@@ -128,11 +134,16 @@ build_in_root() {
         sources=$(mktemp)
         v2_sources "$sources"
         say "making the $v2_release build root $v2_build_root (mmdebstrap; log: $log)"
+        # made aside, then renamed: a root cut short is never taken for a made one
+        rm -rf "$v2_build_root.new"
         mmdebstrap --variant=minbase --include=make,ca-certificates,file "$v2_release" \
-            "$v2_build_root" "$sources" >"$log" 2>&1 || { rm -f "$sources"; tail -20 "$log" >&2; return 1; }
+            "$v2_build_root.new" "$sources" >"$log" 2>&1 || { rm -f "$sources"; tail -20 "$log" >&2; return 1; }
         rm -f "$sources"
+        mv "$v2_build_root.new" "$v2_build_root"
     fi
     say "make flux-security flux-core in $v2_build_root (a few minutes; log: $log)"
+    # a build stopped while apt ran there (make check's background build) left dpkg half done
+    in_build_root -- dpkg --configure -a >>"$log" 2>&1 || { tail -30 "$log" >&2; return 1; }
     "$top/scripts/tarball.sh" flux-core >/dev/null || return 1
     in_build_root "$top" "$(dirname "$security_tarball")" "$(dirname "$core_tarball")" "$SDEXEC_BUILDS" -- \
         env SDEXEC_BUILDS="$SDEXEC_BUILDS" FLUX_SECURITY_TARBALL="$security_tarball" \

@@ -1,0 +1,71 @@
+#!/bin/bash
+# scripts/vm/prebuild.sh: the v2 tier's images built while `make check`'s host tiers run.
+#
+# The host tiers leave the two cores half idle (check-flux: 370 s of CPU in 611 s), and a
+# fresh machine's images take minutes (Debian 12's 164 s, Debian 13's 311 s). So make check
+# starts their builds (scripts/vm/build.sh, one release after another) first, at nice 19,
+# and the v2 tier waits for them and prints what they said.
+#
+#   prebuild.sh start PID RELEASE...  build each RELEASE's image in the background, in a
+#                                     session of its own; stopped when process PID (the make
+#                                     running make check) ends first, as when a tier fails.
+#                                     Nothing when this machine cannot build them (the v2
+#                                     tier says why) or a prebuild runs already.
+#   prebuild.sh report                wait for that build (at most PREBUILD_WAIT seconds,
+#                                     default 1800) and print its output; nothing when none ran
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+dir=${SDEXEC_BUILDS:-/var/tmp/flux-sdexec}  # the cache make flux-core and make vm keep
+log=$dir/v2-prebuild.log
+lock=$dir/v2-prebuild.lock
+
+case ${1:-} in
+start)
+    [ $# -ge 3 ] || { echo "usage: prebuild.sh start PID RELEASE..." >&2; exit 2; }
+    [ -z "$("$top/scripts/vm/build.sh" --why-not 2>/dev/null)" ] || exit 0
+    mkdir -p "$dir" || exit 1
+    exec 9>>"$lock"
+    flock -n 9 || { echo "vm: an image build of another make check runs: not started again"; exit 0; }
+    # the lock goes with the session (its fd inherited); the log is the session's output
+    setsid "$0" build "${@:2}" >"$log" 2>&1 </dev/null &
+    echo "vm: building the v2 images of ${*:3} in the background at nice 19 (log: $log)"
+    ;;
+build)  # the session: the builds, and the watcher of the make
+    watched=$2
+    shift 2
+    started=$SECONDS
+    # fd 9 (the lock) is not handed on: a daemon a build leaves must not hold it
+    tail --pid="$watched" -f /dev/null 9>&- &
+    watcher=$!
+    (
+        rc=0
+        for release; do
+            V2_RELEASE=$release nice -n 19 "$top/scripts/vm/build.sh" || rc=1
+        done
+        exit $rc
+    ) 9>&- &
+    builds=$!
+    wait -n "$watcher" "$builds"
+    if ! kill -0 "$watcher" 2>/dev/null; then
+        echo "vm: make ended before the image builds: stopped"
+        kill -TERM -- -$$  # this session: the builds and their children
+        exit 1
+    fi
+    wait "$builds"
+    rc=$?
+    kill "$watcher"
+    echo "vm: background image builds done in $((SECONDS - started)) s"
+    exit $rc
+    ;;
+report)
+    [ -f "$log" ] || exit 0
+    flock -w "${PREBUILD_WAIT:-1800}" "$lock" true ||
+        echo "vm: the background image build still runs after ${PREBUILD_WAIT:-1800} s"
+    sed 's/^/prebuild: /' "$log"
+    rm -f "$log"
+    ;;
+*)
+    echo "usage: prebuild.sh start PID RELEASE... | report" >&2
+    exit 2
+    ;;
+esac
