@@ -33,13 +33,9 @@ def tree(tmp_path):
 
 def run(tmp_path, *args):
     """prebuild.sh ARGS of the tree ``tree`` made, its cache in tmp_path/cache."""
-    env = dict(
-        os.environ, STAND_IN=str(tmp_path), SDEXEC_BUILDS=str(tmp_path / "cache")
-    )
+    env = dict(os.environ, STAND_IN=str(tmp_path), SDEXEC_BUILDS=str(tmp_path / "cache"))
     script = tmp_path / "scripts" / "vm" / "prebuild.sh"
-    return subprocess.run(
-        [str(script), *args], env=env, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run([str(script), *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def wait_for(predicate, seconds=10):
@@ -63,9 +59,7 @@ def test_builds_each_release_at_nice_19_and_report_waits_and_prints(tmp_path):
     try:
         out = run(tmp_path, "start", str(watched.pid), "bookworm", "trixie")
         assert out.returncode == 0, out.stderr
-        assert (
-            "building the v2 images of bookworm trixie in the background" in out.stdout
-        )
+        assert "building the v2 images of bookworm trixie in the background" in out.stdout
         wait_for(lambda: (tmp_path / "pids").exists())
         (tmp_path / "go").touch()
         report = run(tmp_path, "report")
