@@ -62,7 +62,8 @@ node_start() {
     _uid=$(site_uid "$SITE_USER")
     _gid=$(id -g "$SITE_USER")
     install -d -m 0755 "$SITE_STATE/node$1" || return 1
-    install -d -o "$SITE_USER" -g "$_gid" -m 0755 "$SITE_STATE/node$1/flux" || return 1
+    install -d -o "$SITE_USER" -g "$_gid" -m 0755 "$SITE_STATE/node$1/flux" \
+        "$SITE_STATE/node$1/flux/tmp" || return 1
     unshare --mount --uts --propagation private /bin/sh -ec '
         hostname "node$1"
         mount -t tmpfs -o mode=0755,size=64m "sdexec-node$1-run" /run
@@ -85,7 +86,9 @@ node_in_place() {
 }
 
 # broker_up N: node N's broker as flux.service starts it (config path, rundir, local URI,
-# rc2_none, sd-notify), as the flux user in node N.
+# rc2_none, sd-notify), as the flux user in node N. Without flux.service's statedir, a broker
+# keeps its content store in a folder it makes in TMPDIR and removes when it exits; one a
+# test kills leaves it, so TMPDIR is the node's own, removed with the harness's state.
 broker_up() {
     # its previous life may linger as a zombie (pid 1 here reaps late): that one is gone
     _bp=$(site_pid "broker-$1") && ! site_pid_gone "$_bp" && return 0
@@ -93,7 +96,8 @@ broker_up() {
     (
         SITE_NODE=$1
         exec 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- # a test's (sharness's) descriptors
-        as_user_exec "$SITE_USER" env -u FLUX_URI setsid flux broker \
+        as_user_exec "$SITE_USER" env -u FLUX_URI TMPDIR="$SITE_STATE/node$1/flux/tmp" \
+            setsid flux broker \
             --config-path=/etc/flux/system/conf.d -Srundir=/run/flux \
             -Slocal-uri="$NODES_LOCAL_URI" -Slog-stderr-level=6 \
             -Slog-filename="$SITE_STATE/node$1/flux/broker.log" -Sbroker.rc2_none \
