@@ -23,12 +23,12 @@ while [ ! -e "$STAND_IN/go" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); don
 
 
 def tree(tmp_path):
+    """tmp_path/scripts/vm: prebuild.sh and the stand-in build.sh."""
     vm = tmp_path / "scripts" / "vm"
     vm.mkdir(parents=True)
     shutil.copy(TOP / "scripts" / "vm" / "prebuild.sh", vm)
     (vm / "build.sh").write_text(BUILD)
     (vm / "build.sh").chmod(0o755)
-    return vm / "prebuild.sh"
 
 
 def run(tmp_path, *args):
