@@ -139,7 +139,7 @@ build_in_root() {
         mmdebstrap --variant=minbase --include=make,ca-certificates,file "$v2_release" \
             "$v2_build_root.new" "$sources" >"$log" 2>&1 || { rm -f "$sources"; tail -20 "$log" >&2; return 1; }
         rm -f "$sources"
-        mv "$v2_build_root.new" "$v2_build_root"
+        rm -rf "$v2_build_root" && mv "$v2_build_root.new" "$v2_build_root" || return 1
     fi
     say "make flux-security flux-core in $v2_build_root (a few minutes; log: $log)"
     # a build stopped while apt ran there (make check's background build) left dpkg half done
