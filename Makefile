@@ -226,7 +226,8 @@ vm:
 	V2_RELEASE=$(V2_RELEASE) scripts/vm/build.sh
 
 # In make check, the images of V2_RELEASES are built in the background at nice 19 while the
-# host tiers run (scripts/vm/prebuild.sh; stopped if make ends first); check-v2 waits for them.
+# host tiers run, and each release's second guest boots as soon as its image is there
+# (scripts/vm/prebuild.sh; stopped if make ends first); check-v2 waits for them.
 vm-prebuild:
 	@scripts/vm/prebuild.sh start $$PPID $(V2_RELEASES)
 
@@ -242,7 +243,8 @@ check-v2:
 		for release in $(V2_RELEASES); do \
 			echo "== tier: v2 guest, $$release (systemd as pid 1, unified cgroup v2, flux.service)"; \
 			V2_RELEASE=$$release scripts/vm/build.sh && \
-				V2_RELEASE=$$release V2_TIMEOUT=$(V2_TIMEOUT) scripts/vm/check-v2.sh || rc=1; \
+				V2_RELEASE=$$release V2_TIMEOUT=$(V2_TIMEOUT) MAKE_PID=$$PPID \
+				scripts/vm/check-v2.sh || rc=1; \
 		done; \
 		exit $$rc; \
 	fi

@@ -1,18 +1,23 @@
 #!/bin/bash
-# scripts/vm/prebuild.sh: the v2 tier's images built while `make check`'s host tiers run.
+# scripts/vm/prebuild.sh: the v2 tier's images built, and its second guests booted, while `make
+# check`'s host tiers run.
 #
 # The host tiers leave the two cores half idle (check-flux: 370 s of CPU in 611 s), and a
 # fresh machine's images take minutes (Debian 12's 164 s, Debian 13's 311 s). So make check
-# starts their builds (scripts/vm/build.sh, one release after another) first, at nice 19,
-# and the v2 tier waits for them and prints what they said.
+# starts their builds (scripts/vm/build.sh, one release after another) first, at nice 19, and
+# as each image is built, that release's second guest (scripts/vm/check-v2.sh --early, its
+# output in the image's folder), at nice 19 too; the v2 tier waits for the builds and prints
+# what they said, then for each release boots the first guest and waits for the second.
 #
-#   prebuild.sh start PID RELEASE...  build each RELEASE's image in the background, in a
-#                                     session of its own; stopped when process PID (the make
-#                                     running make check) ends first, as when a tier fails.
-#                                     Nothing when this machine cannot build them (the v2
-#                                     tier says why) or a prebuild runs already.
-#   prebuild.sh report                wait for that build (at most PREBUILD_WAIT seconds,
-#                                     default 1800) and print its output; nothing when none ran
+#   prebuild.sh start PID RELEASE...  build each RELEASE's image and boot its second guest in
+#                                     the background, in a session of its own; stopped when
+#                                     process PID (the make running make check) ends first,
+#                                     as when a tier fails. Nothing when this machine cannot
+#                                     build them (the v2 tier says why) or a prebuild runs
+#                                     already.
+#   prebuild.sh report                wait for the builds (at most PREBUILD_WAIT seconds,
+#                                     default 1800) and print their output; nothing when none
+#                                     ran
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${SDEXEC_BUILDS:-/var/tmp/flux-sdexec}  # the cache make flux-core and make vm keep
@@ -30,31 +35,39 @@ start)
     setsid "$0" build "${@:2}" >"$log" 2>&1 </dev/null &
     echo "vm: building the v2 images of ${*:3} in the background at nice 19 (log: $log)"
     ;;
-build)  # the session: the builds, and the watcher of the make
+build)  # the session: the builds and early guests, and the watcher of the make
     watched=$2
     shift 2
     started=$SECONDS
-    # fd 9 (the lock) is not handed on: a daemon a build leaves must not hold it
+    # fd 9 (the lock) is handed to no build or guest: a daemon one leaves must not hold it
     tail --pid="$watched" -f /dev/null 9>&- &
     watcher=$!
     (
-        rc=0
+        rc=0 guests=
         for release; do
-            V2_RELEASE=$release nice -n 19 "$top/scripts/vm/build.sh" || rc=1
+            if V2_RELEASE=$release nice -n 19 "$top/scripts/vm/build.sh" 9>&-; then
+                V2_RELEASE=$release nice -n 19 "$top/scripts/vm/check-v2.sh" --early "$watched" 9>&- &
+                guests="$guests $!"
+            else
+                rc=1
+            fi
         done
+        echo "vm: background image builds done in $((SECONDS - started)) s"
+        exec 9>&-  # the lock: report goes on, the guests are check-v2's to wait for
+        wait $guests
         exit $rc
-    ) 9>&- &
-    builds=$!
-    wait -n "$watcher" "$builds"
+    ) &
+    work=$!
+    exec 9>&-
+    wait -n "$watcher" "$work"
     if ! kill -0 "$watcher" 2>/dev/null; then
-        echo "vm: make ended before the image builds: stopped"
-        kill -TERM -- -$$  # this session: the builds and their children
+        echo "vm: make ended first: the image builds and early guests stopped"
+        kill -TERM -- -$$  # this session: the builds, the guests and their children
         exit 1
     fi
-    wait "$builds"
+    wait "$work"
     rc=$?
     kill "$watcher"
-    echo "vm: background image builds done in $((SECONDS - started)) s"
     exit $rc
     ;;
 report)

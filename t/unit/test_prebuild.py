@@ -1,8 +1,10 @@
-"""make check's background image build (scripts/vm/prebuild.sh), with a stand-in build.sh.
+"""make check's background image builds and early guests (scripts/vm/prebuild.sh), with stand-ins.
 
-The script is copied with a stand-in ``scripts/vm/build.sh`` beside it into a temporary
-tree: the stand-in says nothing to ``--why-not`` (or why, when told) and otherwise records
-its release and niceness, then waits for a file or 60 s.
+The script is copied into a temporary tree with a stand-in ``scripts/vm/build.sh`` and a
+stand-in ``scripts/vm/check-v2.sh`` beside it. The build says nothing to ``--why-not`` (or
+why, when told) and otherwise records its pid, says its release and niceness, then waits for
+the file ``go`` or 60 s. The early guest (``check-v2.sh --early PID``) writes its release,
+niceness and PID to ``early-<pid>``, then waits for the file ``go-guests`` or 60 s.
 """
 
 import os
@@ -21,14 +23,26 @@ i=0
 while [ ! -e "$STAND_IN/go" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 """
 
+CHECK_V2 = """#!/bin/sh
+echo "$V2_RELEASE at nice $(nice) $1 $2" >"$STAND_IN/early-$$"
+i=0
+while [ ! -e "$STAND_IN/go-guests" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+"""
+
 
 def tree(tmp_path):
-    """tmp_path/scripts/vm: prebuild.sh and the stand-in build.sh."""
+    """tmp_path/scripts/vm: prebuild.sh and the stand-ins."""
     vm = tmp_path / "scripts" / "vm"
     vm.mkdir(parents=True)
     shutil.copy(TOP / "scripts" / "vm" / "prebuild.sh", vm)
-    (vm / "build.sh").write_text(BUILD)
-    (vm / "build.sh").chmod(0o755)
+    for name, text in (("build.sh", BUILD), ("check-v2.sh", CHECK_V2)):
+        (vm / name).write_text(text)
+        (vm / name).chmod(0o755)
+
+
+def early_guests(tmp_path):
+    """{pid: what the stand-in early guest wrote} of those started."""
+    return {int(p.name[6:]): p.read_text().strip() for p in tmp_path.glob("early-*")}
 
 
 def run(tmp_path, *args):
@@ -53,7 +67,7 @@ def alive(pid):
     return True
 
 
-def test_builds_each_release_at_nice_19_and_report_waits_and_prints(tmp_path):
+def test_builds_each_release_then_boots_its_early_guest_at_nice_19(tmp_path):
     tree(tmp_path)
     watched = subprocess.Popen(["sleep", "60"])
     try:
@@ -61,8 +75,9 @@ def test_builds_each_release_at_nice_19_and_report_waits_and_prints(tmp_path):
         assert out.returncode == 0, out.stderr
         assert "building the v2 images of bookworm trixie in the background" in out.stdout
         wait_for(lambda: (tmp_path / "pids").exists())
+        assert early_guests(tmp_path) == {}  # not before its image
         (tmp_path / "go").touch()
-        report = run(tmp_path, "report")
+        report = run(tmp_path, "report")  # waits for the builds, not for the guests
         assert report.returncode == 0, report.stderr
         lines = report.stdout.splitlines()
         assert lines[:2] == [
@@ -72,6 +87,15 @@ def test_builds_each_release_at_nice_19_and_report_waits_and_prints(tmp_path):
         assert lines[2].startswith("prebuild: vm: background image builds done in ")
         assert not (tmp_path / "cache" / "v2-prebuild.log").exists()
         assert run(tmp_path, "report").stdout == ""  # once only
+        wait_for(lambda: len(early_guests(tmp_path)) == 2)
+        guests = early_guests(tmp_path)
+        assert sorted(guests.values()) == [
+            f"bookworm at nice 19 --early {watched.pid}",
+            f"trixie at nice 19 --early {watched.pid}",
+        ]
+        assert all(alive(pid) for pid in guests)
+        (tmp_path / "go-guests").touch()
+        wait_for(lambda: not any(alive(pid) for pid in guests))
     finally:
         watched.kill()
         watched.wait()
@@ -90,7 +114,24 @@ def test_the_builds_stop_when_make_ends_first(tmp_path):
     watched.wait()
     wait_for(lambda: not alive(build))
     report = run(tmp_path, "report")
-    assert "prebuild: vm: make ended before the image builds: stopped" in report.stdout
+    assert (
+        "prebuild: vm: make ended first: the image builds and early guests stopped" in report.stdout
+    )
+    assert early_guests(tmp_path) == {}
+
+
+def test_the_early_guests_stop_when_make_ends_first(tmp_path):
+    tree(tmp_path)
+    (tmp_path / "go").touch()
+    watched = subprocess.Popen(["sleep", "60"])
+    out = run(tmp_path, "start", str(watched.pid), "bookworm")
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: len(early_guests(tmp_path)) == 1)
+    (guest,) = early_guests(tmp_path)
+    assert alive(guest)
+    watched.kill()
+    watched.wait()
+    wait_for(lambda: not alive(guest))
 
 
 def test_nothing_starts_where_the_guest_cannot_be_built(tmp_path):

@@ -55,8 +55,11 @@ wait_until() {
 prod_install() {
     rm -rf /var/tmp/flux-sdexec-src &&
     mkdir -p /var/tmp/flux-sdexec-src &&
-    (cd "$SDEXEC_SRCDIR" && tar -cf - --exclude=./.git --exclude=./t/v2/results \
-        --exclude='./t/trash*' --exclude=./build .) | tar -xf - -C /var/tmp/flux-sdexec-src &&
+    # without what tests write (the host's tiers may be running in this checkout meanwhile)
+    (cd "$SDEXEC_SRCDIR" && tar -cf - --exclude=./.git --exclude=./build --exclude=./t/v2/results \
+        --exclude='*trash*' --exclude='*test-results' --exclude='*test-logs' \
+        --exclude=./t/upstream-results --exclude='__pycache__' .) |
+        tar -xf - -C /var/tmp/flux-sdexec-src &&
     # offline, as a site without a package index: setuptools from Debian, no isolation
     PIP_NO_BUILD_ISOLATION=0 PIP_NO_INDEX=1 make -C /var/tmp/flux-sdexec-src install \
         PREFIX=$PROD_PREFIX >/var/tmp/flux-sdexec-install.log 2>&1 || {

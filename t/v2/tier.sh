@@ -20,8 +20,12 @@ cd "$(dirname "$0")/../.." || exit 1
 src=$PWD
 export SDEXEC_WAIT_TIMEOUT=${SDEXEC_WAIT_TIMEOUT:-180}  # TCG: CPU-bound work is 10-15x slower
 export FLUX_TEST_TIMEOUT=${FLUX_TEST_TIMEOUT:-600}
-results=$src/t/v2/results
-mkdir -p "$results"
+# Logs go to the checkout, a folder per release; sharness's trash directories to the guest's
+# own disk: the checkout is shared with the host, whose tiers run the same scripts meanwhile
+# (scripts/vm/prebuild.sh boots a guest during them), and with the other release's guests.
+results=$src/t/v2/results/$(. /etc/os-release && echo "$VERSION_CODENAME")
+trash=/var/tmp/v2-trash
+mkdir -p "$results" "$trash"
 say() { echo "v2: $*"; }
 failed=
 
@@ -45,7 +49,7 @@ suites() {
     for _t in "$@"; do
         _log=$results/${_t%.t}.log
         _start=$(date +%s)
-        (cd "$_dir" && timeout -k 10 1200 "./$_t" -v) >"$_log" 2>&1
+        (cd "$_dir" && timeout -k 10 1200 "./$_t" -v --root="$trash") >"$_log" 2>&1
         _trc=$?
         _took="$(($(date +%s) - _start)) s"
         _pass=$(grep -c -E '^ok [0-9]+' "$_log")
@@ -61,7 +65,7 @@ suites() {
             _rc=1
             grep -E '^not ok [0-9]+' "$_log" | sed 's/^/    /'
             echo "    (exit $_trc; log: $_log); the first failure:"
-            scripts/first-failure.sh "$_log" "$_dir/trash directory.${_t%.t}/broker.log"
+            scripts/first-failure.sh "$_log" "$trash/trash directory.${_t%.t}/broker.log"
         fi
     done
     return $_rc
