@@ -23,8 +23,11 @@ export FLUX_TEST_TIMEOUT=${FLUX_TEST_TIMEOUT:-600}
 # Logs go to the checkout, a folder per release; sharness's trash directories to the guest's
 # own disk: the checkout is shared with the host, whose tiers run the same scripts meanwhile
 # (scripts/vm/prebuild.sh boots a guest during them), and with the other release's guests.
+# Python's bytecode too: a guest's .pyc written through 9p was once read by the host's
+# Python half written (EOFError: marshal data too short, its broker down at the module's load).
 results=$src/t/v2/results/$(. /etc/os-release && echo "$VERSION_CODENAME")
 trash=/var/tmp/v2-trash
+export PYTHONPYCACHEPREFIX=/var/tmp/v2-pycache
 mkdir -p "$results" "$trash"
 say() { echo "v2: $*"; }
 failed=
