@@ -34,6 +34,14 @@ Things the owner must know (systemd 252 user mode, see t/systemd):
   values differ from the last ones its interface sent for the unit.
 - A blocking call leaves what it read meanwhile queued inside sd-bus, where the fd may
   never become readable for it: **call pump() after every blocking call**.
+- A unit's name can be started again once systemd has unloaded the unit of that name (a
+  label reused: after_release.py), which another connection may have told us (holds.py)
+  while this one still holds the old unit's last PropertiesChanged, its exit status in
+  them. systemd sends them before it reads the new start (else: EEXIST), so on this
+  connection they come before its answer: pump() drops a unit's signals from the sending of
+  a StartTransientUnit without waiting until its answer (``_starting``). Nothing of the new
+  unit is lost: its start job runs only after the answer, and each later signal carries
+  every property.
 - A D-Bus error's errno is the one sd-bus maps its name to, its message systemd's text:
   InvalidArgs EINVAL, UnitExists EEXIST, NoSuchUnit ENOENT, NoSuchProcess ESRCH (KillUnit
   with no main process), PropertyReadOnly EROFS (an unknown transient property),
@@ -95,6 +103,7 @@ class SystemdBridge:
         self.via = None  # how the hot path reaches systemd: the private socket or the bus
         self._rare = RareCalls(user_mode)
         self._watched = {}  # unit object path -> unit name
+        self._starting = {}  # unit object path -> its starts sent and not answered yet
         self._seen = {}  # unit object path -> {interface: the last tracked values it sent}
         self._pending = {}  # reply cookie -> (deadline, on_reply, decode), oldest first
         self._subscribing = None  # the cookie of a Subscribe() not answered yet
@@ -179,7 +188,9 @@ class SystemdBridge:
         p = lib.sd_bus_message_get_path(m)
         path = ffi.string(p) if p != ffi.NULL else None
         unit = self._watched.get(path)
-        if unit is not None:
+        if unit is not None and path in self._starting:
+            pass  # a predecessor's of the same name (module docstring)
+        elif unit is not None:
             # each change comes as a Service and a Unit signal carrying all their
             # properties: about half repeat what the same interface said last time
             iface, props = self._decoder.decode(m)
@@ -250,8 +261,25 @@ class SystemdBridge:
     # ---- the hot path's calls: sent without waiting when given on_reply ----
 
     def start_transient_unit(self, unit, props, on_reply=None, timeout=CALL_TIMEOUT_SEC, aux=()):
-        """StartTransientUnit(unit, "fail", props, aux): props as (Name, signature, value)."""
+        """StartTransientUnit(unit, "fail", props, aux): props as (Name, signature, value).
+        Sent without waiting, the unit's signals are dropped until it is answered."""
+        if on_reply is not None:
+            path = sdbus.path_encode(UNIT_PREFIX, unit)
+            on_reply = self._started(path, on_reply)
         self._call(b"StartTransientUnit", b"ss", (unit, "fail"), on_reply, timeout, (props, aux))
+        if on_reply is not None:
+            self._starting[path] = self._starting.get(path, 0) + 1
+
+    def _started(self, path, on_reply):
+        """``on_reply`` of a start, which first lets the unit's signals through again."""
+
+        def answered(*args):
+            left = self._starting.pop(path) - 1
+            if left:
+                self._starting[path] = left
+            on_reply(*args)
+
+        return answered
 
     def stop_unit(self, unit, on_reply=None, timeout=CALL_TIMEOUT_SEC, mode="fail"):
         """StopUnit(unit, mode): "fail" is refused while a start job is queued, "replace"

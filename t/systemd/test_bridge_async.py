@@ -12,7 +12,7 @@ import pytest
 from flux_sdexec.core.errors import UnitError
 from flux_sdexec.core.unitstate import TRACKED
 
-from conftest import WAIT_TIMEOUT, exec_props
+from conftest import WAIT_TIMEOUT, exec_props, state
 
 TRUE, SLEEP = "/bin/true", "/bin/sleep"
 
@@ -136,3 +136,29 @@ def test_stop_in_replace_mode_stops_the_unit(sd):
     sd.bridge.stop_unit(unit, on_reply=replies("stop"), mode="replace")
     assert replies.wait(sd, "stop") == [None]
     sd.wait_state(unit, "inactive", "dead")
+
+
+def test_a_predecessors_last_signals_are_not_the_new_units(sd, sd2):
+    """A label reused at once: the old unit of its name is let go on another connection
+    (the holds' GetUnit says it is gone) and the new one started on the hot path at once.
+    The old unit's last PropertiesChanged (its reset from failed, its exit status in them)
+    can still be unread on the hot path then: they come before the new start's answer, and
+    must not reach on_change as the new unit's (seen under load in t0041: a wait for the
+    reused label answered with the old exit status)."""
+    unit = sd.new_unit()
+    sd.start(["/bin/sh", "-c", "exit 3"], unit=unit)
+    sd.wait_for(unit, lambda p: state(p) == ("failed", "failed") and p.get("ExecMainStatus") == 3)
+    sd2.bridge.reset_failed_unit(unit)  # another connection; this one not read meanwhile
+    with pytest.raises(UnitError) as gone:
+        sd2.bridge.get_unit(unit)  # answered once systemd has unloaded it
+    assert gone.value.errno == errno.ENOENT
+    sd.bridge.unwatch(unit)
+    sd.bridge.watch(unit)
+    seen = len(sd.signals[unit])
+    replies = Replies()
+    sd.bridge.start_transient_unit(unit, exec_props(["/bin/sh", "-c", "exit 5"]), replies("start"))
+    assert replies.wait(sd, "start") == [None]
+    sd.cursor[unit], sd.views[unit] = seen, {}
+    sd.wait_for(unit, lambda p: state(p) == ("failed", "failed"))
+    statuses = [s["ExecMainStatus"] for s in sd.signals[unit][seen:] if "ExecMainStatus" in s]
+    assert statuses and set(statuses) <= {0, 5}, statuses
