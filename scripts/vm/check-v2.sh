@@ -14,8 +14,8 @@
 # soon as the image is built, while the host tiers run (they leave about a core idle), with
 # t0011 and t0032 too; `check-v2.sh --early MAKE_PID` is that guest, its output in
 # VM_DIR/early.log. Then check-v2.sh, given the same MAKE_PID, boots the first guest with
-# flux-core's suites alone, sets the early one's niceness back to 0 (as root), waits for it
-# and prints its output.
+# flux-core's suites alone (prebuild.sh report has set the early guests back to niceness 0),
+# waits for the early one and prints its output.
 #
 # Both share flux-core's build tree (check-upstream.sh hides its C module with a mount of each
 # guest's own). The first guest's output is printed as it comes, the second's once both are
@@ -61,19 +61,13 @@ if [ "${1:-}" = --early ]; then
     [ $# = 2 ] || { echo "usage: check-v2.sh --early MAKE_PID" >&2; exit 2; }
     exec 8>"$early_lock"
     flock -n 8 || { echo "check-v2: an early $v2_release guest runs already" >&2; exit 1; }
-    echo "$2 $(ps -o sid= -p $$ | tr -d ' ')" >"$early_make"
+    echo "$2" >"$early_make"
     second_guest "$early_timeout" "$first_ours $second_ours" >"$early_log" 2>&1
     echo "check-v2: exit $?" >>"$early_log"
     exit 0
 fi
 
-if [ -n "${MAKE_PID:-}" ] && [ "$(cut -d' ' -f1 "$early_make" 2>/dev/null)" = "$MAKE_PID" ]; then
-    # the host tiers are over: the early guests (and any build left) run at the default
-    # niceness again, every thread (qemu's TCG thread is not its main one)
-    sid=$(cut -d' ' -f2 "$early_make")
-    for pid in $(ps -eo pid=,sid= | awk -v sid="$sid" '$2 == sid { print $1 }'); do
-        renice -n 0 -p $(ls "/proc/$pid/task" 2>/dev/null) >/dev/null 2>&1
-    done
+if [ -n "${MAKE_PID:-}" ] && [ "$(cat "$early_make" 2>/dev/null)" = "$MAKE_PID" ]; then
     first_guest ""
     rc_first=$?
     flock -w "$early_timeout" "$early_lock" true ||

@@ -15,14 +15,16 @@
 #                                     as when a tier fails. Nothing when this machine cannot
 #                                     build them (the v2 tier says why) or a prebuild runs
 #                                     already.
-#   prebuild.sh report                wait for the builds (at most PREBUILD_WAIT seconds,
-#                                     default 1800) and print their output; nothing when none
-#                                     ran
+#   prebuild.sh report                the host tiers are over: set the session back to
+#                                     niceness 0 (as root), wait for the builds (at most
+#                                     PREBUILD_WAIT seconds, default 1800) and print their
+#                                     output; nothing when none ran
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${SDEXEC_BUILDS:-/var/tmp/flux-sdexec}  # the cache make flux-core and make vm keep
 log=$dir/v2-prebuild.log
 lock=$dir/v2-prebuild.lock
+session=$dir/v2-prebuild.sid  # the session's id, for report
 
 case ${1:-} in
 start)
@@ -39,6 +41,7 @@ build)  # the session: the builds and early guests, and the watcher of the make
     watched=$2
     shift 2
     started=$SECONDS
+    echo $$ >"$session"
     # fd 9 (the lock) is handed to no build or guest: a daemon one leaves must not hold it
     tail --pid="$watched" -f /dev/null 9>&- &
     watcher=$!
@@ -72,6 +75,14 @@ build)  # the session: the builds and early guests, and the watcher of the make
     ;;
 report)
     [ -f "$log" ] || exit 0
+    # the host tiers are over: what the session runs goes on at the default niceness (as
+    # root), every thread of it (qemu's TCG thread is not its main one)
+    sid=$(cat "$session" 2>/dev/null)
+    if [ -n "$sid" ] && ps -o args= -p "$sid" | grep -q "prebuild.sh build"; then
+        for pid in $(ps -eo pid=,sid= | awk -v sid="$sid" '$2 == sid { print $1 }'); do
+            renice -n 0 -p $(ls "/proc/$pid/task" 2>/dev/null) >/dev/null 2>&1
+        done
+    fi
     flock -w "${PREBUILD_WAIT:-1800}" "$lock" true ||
         echo "vm: the background image build still runs after ${PREBUILD_WAIT:-1800} s"
     sed 's/^/prebuild: /' "$log"

@@ -35,7 +35,7 @@ exit "$(cat "$STAND_IN/rc-$smp" 2>/dev/null || echo 0)"
 
 FIRST_ALONE = "guest smp=3 timeout=3000 nice=0 V2_PARTS=upstream V2_OURS="
 EARLY = (
-    "guest smp=2 timeout=4800 nice={nice} V2_PARTS=ours production"
+    "guest smp=2 timeout=4800 nice=0 V2_PARTS=ours production"
     " V2_OURS=t0011-sdexec-mapper.t t0032-sdexec-usage-tree.t t0013-sdexec-containment-check.t"
     " t0016-sdexec-kernel-limits.t t0045-sdexec-containment-v2.t t0031-sdexec-usage.t"
 )
@@ -57,7 +57,7 @@ def tree(tmp_path):
     return tmp_path
 
 
-def check_v2(tree, *args, make_pid=None, nice=0):
+def check_v2(tree, *args, make_pid=None):
     """check-v2.sh ARGS of the tree, started (a Popen), its output piped."""
     env = dict(
         os.environ,
@@ -70,8 +70,6 @@ def check_v2(tree, *args, make_pid=None, nice=0):
     if make_pid is not None:
         env["MAKE_PID"] = str(make_pid)
     cmd = [str(tree / "top" / "scripts" / "vm" / "check-v2.sh"), *args]
-    if nice:
-        cmd = ["nice", "-n", str(nice), *cmd]
     return subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -102,7 +100,7 @@ def test_the_early_guest_runs_every_test_but_upstreams_and_is_waited_for(tree):
         "check-v2: the second guest (booted during the host tiers: our tests,"
         " the production instance):"
     )
-    assert lines[2] == EARLY.format(nice=0)
+    assert lines[2] == EARLY
     assert lines[3] == "check-v2: exit 0"  # written once it ended
     assert lines[4].startswith("check-v2: both bookworm guests done in ")
     assert not (tree / "vm" / "early.log").exists()
@@ -145,20 +143,3 @@ def test_a_second_early_guest_of_the_release_is_refused(tree):
     early.wait(timeout=30)
     assert again.returncode == 1
     assert out == "check-v2: an early bookworm guest runs already\n"
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="only root sets a niceness back to 0")
-def test_the_host_tiers_over_the_early_guest_runs_at_niceness_0_again(tree):
-    (tree / "hold-2").touch()
-    (tree / "hold-3").touch()
-    early = check_v2(tree, "--early", "4242", nice=19)
-    wait_for(lambda: (tree / "nice-2").exists() and (tree / "nice-2").read_text() == "19\n")
-    main = check_v2(tree, make_pid=4242)
-    try:
-        wait_for(lambda: (tree / "nice-2").read_text() == "0\n")
-    finally:
-        (tree / "hold-2").unlink()
-        (tree / "hold-3").unlink()
-        out, _ = main.communicate(timeout=30)
-        early.wait(timeout=30)
-    assert EARLY.format(nice=19) in out.splitlines()  # booted at 19

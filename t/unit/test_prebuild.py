@@ -4,7 +4,8 @@ The script is copied into a temporary tree with a stand-in ``scripts/vm/build.sh
 stand-in ``scripts/vm/check-v2.sh`` beside it. The build says nothing to ``--why-not`` (or
 why, when told) and otherwise records its pid, says its release and niceness, then waits for
 the file ``go`` or 60 s. The early guest (``check-v2.sh --early PID``) writes its release,
-niceness and PID to ``early-<pid>``, then waits for the file ``go-guests`` or 60 s.
+niceness and PID to ``early-<pid>``, then waits for the file ``go-guests`` or 60 s, writing
+its niceness to ``nice-<pid>`` meanwhile.
 """
 
 import os
@@ -12,6 +13,8 @@ import pathlib
 import shutil
 import subprocess
 import time
+
+import pytest
 
 TOP = pathlib.Path(__file__).resolve().parents[2]
 
@@ -24,9 +27,14 @@ while [ ! -e "$STAND_IN/go" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); don
 """
 
 CHECK_V2 = """#!/bin/sh
-echo "$V2_RELEASE at nice $(nice) $1 $2" >"$STAND_IN/early-$$"
+echo "$V2_RELEASE at nice $(nice) $1 $2" >"$STAND_IN/.early-$$"
+mv "$STAND_IN/.early-$$" "$STAND_IN/early-$$"  # whole when seen
 i=0
-while [ ! -e "$STAND_IN/go-guests" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+while [ ! -e "$STAND_IN/go-guests" ] && [ $i -lt 600 ]; do
+    nice >"$STAND_IN/nice-$$"
+    sleep 0.1
+    i=$((i + 1))
+done
 """
 
 
@@ -38,6 +46,12 @@ def tree(tmp_path):
     for name, text in (("build.sh", BUILD), ("check-v2.sh", CHECK_V2)):
         (vm / name).write_text(text)
         (vm / name).chmod(0o755)
+
+
+def niceness(pid):
+    """The niceness of process ``pid`` (/proc/PID/stat's 19th field)."""
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])
 
 
 def early_guests(tmp_path):
@@ -141,3 +155,25 @@ def test_nothing_starts_where_the_guest_cannot_be_built(tmp_path):
     assert (out.returncode, out.stdout) == (0, "")
     assert not (tmp_path / "cache").exists()
     assert run(tmp_path, "report").stdout == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root sets a niceness back to 0")
+def test_report_sets_the_session_and_only_it_back_to_niceness_0(tmp_path):
+    """The host tiers are over: the early guests get the cores' fair share (a guest left at
+    19 beside others would starve into its own timeouts); make's own processes keep theirs."""
+    tree(tmp_path)
+    (tmp_path / "go").touch()
+    watched = subprocess.Popen(["nice", "-n", "5", "sleep", "60"])
+    try:
+        assert run(tmp_path, "start", str(watched.pid), "bookworm").returncode == 0
+        wait_for(lambda: len(early_guests(tmp_path)) == 1)
+        (guest,) = early_guests(tmp_path)
+        nice = tmp_path / f"nice-{guest}"
+        wait_for(lambda: nice.exists() and nice.read_text() == "19\n")
+        assert run(tmp_path, "report").returncode == 0
+        wait_for(lambda: nice.read_text() == "0\n")
+        assert niceness(watched.pid) == 5
+    finally:
+        (tmp_path / "go-guests").touch()
+        watched.kill()
+        watched.wait()
