@@ -209,8 +209,8 @@ check-site:
 # V2_RELEASE (bookworm, the default, or trixie: Debian 13, systemd 257, Linux 6.12; VM_DIR,
 # default /var/tmp/flux-sdexec/v2vm, v2vm-trixie for trixie; rebuilt when its inputs change);
 # check-v2 boots, for each release of V2_RELEASES (default bookworm; `make check-v2
-# V2_RELEASES="bookworm trixie"` adds Debian 13, which does not fit make check's hour on two
-# cores: doc/dev/testing.md), two fresh copies of its image side by side
+# V2_RELEASES="bookworm trixie"` adds Debian 13, with which make check only just fits its
+# hour on two cores: doc/dev/testing.md), two fresh copies of its image side by side
 # (scripts/vm/check-v2.sh) and runs t/v2/tier.sh there: flux-core's sdexec, sdmon and
 # containment suites and our t0011 and t0032 in one, our other layout-dependent and usage
 # tests and the production instance under flux.service in the other, which in make check
