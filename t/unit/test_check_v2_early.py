@@ -10,9 +10,10 @@ import os
 import pathlib
 import shutil
 import subprocess
-import time
 
 import pytest
+
+from test_prebuild import wait_for
 
 TOP = pathlib.Path(__file__).resolve().parents[2]
 
@@ -73,13 +74,6 @@ def check_v2(tree, *args, make_pid=None):
     return subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-
-
-def wait_for(predicate, seconds=20):
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, f"not within {seconds} s"
-        time.sleep(0.1)
 
 
 def test_the_early_guest_runs_every_test_but_upstreams_and_is_waited_for(tree):

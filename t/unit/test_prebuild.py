@@ -66,7 +66,7 @@ def run(tmp_path, *args):
     return subprocess.run([str(script), *args], env=env, capture_output=True, text=True, timeout=60)
 
 
-def wait_for(predicate, seconds=10):
+def wait_for(predicate, seconds=20):
     deadline = time.monotonic() + seconds
     while not predicate():
         assert time.monotonic() < deadline, f"not within {seconds} s"
@@ -91,6 +91,12 @@ def test_builds_each_release_then_boots_its_early_guest_at_nice_19(tmp_path):
         wait_for(lambda: (tmp_path / "pids").exists())
         assert early_guests(tmp_path) == {}  # not before its image
         (tmp_path / "go").touch()
+        wait_for(lambda: len(early_guests(tmp_path)) == 2)
+        guests = early_guests(tmp_path)
+        assert sorted(guests.values()) == [
+            f"bookworm at nice 19 --early {watched.pid}",
+            f"trixie at nice 19 --early {watched.pid}",
+        ]
         report = run(tmp_path, "report")  # waits for the builds, not for the guests
         assert report.returncode == 0, report.stderr
         lines = report.stdout.splitlines()
@@ -101,12 +107,6 @@ def test_builds_each_release_then_boots_its_early_guest_at_nice_19(tmp_path):
         assert lines[2].startswith("prebuild: vm: background image builds done in ")
         assert not (tmp_path / "cache" / "v2-prebuild.log").exists()
         assert run(tmp_path, "report").stdout == ""  # once only
-        wait_for(lambda: len(early_guests(tmp_path)) == 2)
-        guests = early_guests(tmp_path)
-        assert sorted(guests.values()) == [
-            f"bookworm at nice 19 --early {watched.pid}",
-            f"trixie at nice 19 --early {watched.pid}",
-        ]
         assert all(alive(pid) for pid in guests)
         (tmp_path / "go-guests").touch()
         wait_for(lambda: not any(alive(pid) for pid in guests))
