@@ -188,9 +188,9 @@ class SystemdBridge:
         p = lib.sd_bus_message_get_path(m)
         path = ffi.string(p) if p != ffi.NULL else None
         unit = self._watched.get(path)
-        if unit is not None and path in self._starting:
-            pass  # a predecessor's of the same name (module docstring)
-        elif unit is not None:
+        if unit is not None:
+            if path in self._starting:
+                return  # a predecessor's of the same name (module docstring)
             # each change comes as a Service and a Unit signal carrying all their
             # properties: about half repeat what the same interface said last time
             iface, props = self._decoder.decode(m)
