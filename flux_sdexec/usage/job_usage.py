@@ -238,11 +238,11 @@ class JobUsage:
     def _write(self, action):
         """Rank 0: the record's entries committed now, or with the next batch while a
         commit is out (``usage/record_commits.py``); returns what waits for the answer."""
-        waiters, now = [], time.monotonic()
+        waiters = []
         self.unwritten[action.jobid] = self.unwritten.get(action.jobid, 0) + 1
-        batch, deadline = self.commits.add((action, waiters), now)
+        batch, timeout = self.commits.add((action, waiters), time.monotonic())
         if batch:
-            self._commit(batch, deadline - now)
+            self._commit(batch, timeout)
         return waiters
 
     def _commit(self, batch, timeout):
@@ -281,9 +281,9 @@ class JobUsage:
             else:
                 self._call(self.after_written.pop(action.jobid, []))
             self._call(waiters)
-        batch, deadline = self.commits.answered()
+        batch, timeout = self.commits.answered(time.monotonic())
         if batch:
-            self._commit(batch, max(deadline - time.monotonic(), 0.001))
+            self._commit(batch, timeout)
 
     def _look_up_ranks(self, jobid):
         """The job's R, then the topology: RanksFound (no R, an error, or an R without

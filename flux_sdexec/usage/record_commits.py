@@ -3,8 +3,9 @@
 A write that comes while no commit is out goes at once (an idle instance's job waits for
 no one); one that comes while a commit is out waits, and when that commit is answered every
 write that waited goes in the next one, at most MOST of them (the rest in the one after).
-Each batch's deadline is its oldest write's arrival plus the bound the adapter gives, so a
-write waits no longer for its answer than it would alone.
+Each batch's timeout is what is left of its oldest write's bound (the adapter gives the
+bound), so a write waits no longer for its answer than it would alone; a write that goes at
+once gets the bound itself, not a deadline less the clock (that rounds).
 
 The adapter (``usage/job_usage.py``) makes each batch one transaction and answers its
 writes' waiters when the commit is answered. Pure: stdlib only.
@@ -13,6 +14,7 @@ writes' waiters when the commit is answered. Pure: stdlib only.
 from collections import deque
 
 MOST = 64  # the most record writes in one commit
+LEAST_TIMEOUT = 0.001  # a batch whose bound is spent is still waited for this long (s)
 
 
 class RecordCommits:
@@ -30,22 +32,22 @@ class RecordCommits:
 
     def add(self, write, now):
         """``write`` came at ``now``: the batch to commit now (``[write]``) with its
-        deadline, or ``([], None)`` when it waits for the commit out."""
+        timeout (the bound), or ``([], None)`` when it waits for the commit out."""
         if self.out:
             self.waiting.append((write, now))
             return [], None
         self.out = True
-        return [write], now + self.bound
+        return [write], self.bound
 
-    def answered(self):
-        """The commit out was answered (or failed): the next batch and its deadline, or
-        ``([], None)`` (none waits: no commit is out)."""
+    def answered(self, now):
+        """The commit out was answered (or failed) at ``now``: the next batch and its
+        timeout in seconds, or ``([], None)`` (none waits: no commit is out)."""
         if not self.waiting:
             self.out = False
             return [], None
-        deadline = self.waiting[0][1] + self.bound
+        timeout = max(self.waiting[0][1] + self.bound - now, LEAST_TIMEOUT)
         batch = [self.waiting.popleft()[0] for _ in range(min(self.most, len(self.waiting)))]
-        return batch, deadline
+        return batch, timeout
 
     def drain(self):
         """Unload: every write still waiting, oldest first (none waits after)."""

@@ -13,6 +13,7 @@ fixed. The real ``JobUsage``; its flux handle, KVS and memos are the test's.
 """
 
 import logging
+from types import SimpleNamespace
 
 import fluxpath
 import pytest
@@ -286,9 +287,13 @@ def test_rows_merged_while_other_ranks_are_awaited_are_answered_at_once():
     assert rank0.events == ["child answered"] and rank0.sent("kvs.commit") == []
 
 
-def test_the_last_rows_at_rank_0_are_answered_after_the_memo_and_the_commit():
-    """The child's rows complete the job: committed, the memo posted, and only once the
-    commit is answered is the child answered (then its shell's end reaches job-exec)."""
+def test_the_last_rows_at_rank_0_are_answered_after_the_memo_and_the_commit(monkeypatch):
+    """The child's rows complete the job: committed (within the whole bound, on a clock just
+    under 2**14 s too), the memo posted, and only once the commit is answered is the child
+    answered (then its shell's end reaches job-exec)."""
+    monkeypatch.setattr(
+        job_usage, "time", SimpleNamespace(monotonic=lambda: 16383.9, time=lambda: 1.8e9)
+    )
     rank0 = Broker(0)
     rank0.end_shell()
     assert rank0.events == ["settled"]  # awaiting rank 1
