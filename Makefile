@@ -240,14 +240,7 @@ check-v2:
 		if [ "$${CI:-}" = true ]; then echo "FAIL: v2 tier cannot run: $$why"; exit 1; fi; \
 		echo "SKIP: v2 tier: $$why"; \
 	else \
-		rc=0; \
-		for release in $(V2_RELEASES); do \
-			echo "== tier: v2 guest, $$release (systemd as pid 1, unified cgroup v2, flux.service)"; \
-			V2_RELEASE=$$release scripts/vm/build.sh && \
-				V2_RELEASE=$$release V2_TIMEOUT=$(V2_TIMEOUT) MAKE_PID=$$PPID \
-				scripts/vm/check-v2.sh || rc=1; \
-		done; \
-		exit $$rc; \
+		V2_TIMEOUT=$(V2_TIMEOUT) MAKE_PID=$$PPID scripts/vm/check-releases.sh $(V2_RELEASES); \
 	fi
 
 # The site harness (t/site/, doc/guide/install.md, "Deploying at a site"): as root, a system instance owned by

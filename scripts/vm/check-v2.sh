@@ -17,6 +17,9 @@
 # flux-core's suites alone (prebuild.sh report has set the early guests back to niceness 0),
 # waits for the early one and prints its output.
 #
+# Every release's first guest boots at once (scripts/vm/check-releases.sh); where both guests
+# boot now, one release's pair after another's (a lock beside the images).
+#
 # Both share flux-core's build tree (check-upstream.sh hides its C module with a mount of each
 # guest's own). The first guest's output is printed as it comes, the second's once both are
 # done; the exit status is 1 when either failed.
@@ -39,6 +42,7 @@ flux_core_built "$build" || { echo "check-v2: $(flux_core_no_build): run make fl
 timeout=${V2_TIMEOUT:-3000}
 early_timeout=$((timeout + 1800))
 early_log=$VM_DIR/early.log early_lock=$VM_DIR/early.lock early_make=$VM_DIR/early.make
+pair_lock=$(dirname "$VM_DIR")/v2-pair.lock  # every release's
 start=$SECONDS
 
 # first_guest OURS: flux-core's suites, then our OURS (none: the upstream part alone)
@@ -77,6 +81,9 @@ if [ -n "${MAKE_PID:-}" ] && [ "$(cat "$early_make" 2>/dev/null)" = "$MAKE_PID" 
     rc_second=$(sed -n 's/^check-v2: exit \([0-9]*\)$/\1/p' "$early_log")
     rm -f "$early_log" "$early_make"
 else
+    # both guests boot now: after any other release's pair (scripts/vm/check-releases.sh)
+    exec 7>"$pair_lock"
+    flock -w $((2 * timeout)) 7 || { echo "check-v2: another pair of guests still runs" >&2; exit 1; }
     second=$(mktemp)
     trap 'rm -f "$second"' EXIT
     second_guest "$timeout" "$second_ours" >"$second" 2>&1 &

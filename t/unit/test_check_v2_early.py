@@ -2,8 +2,9 @@
 
 check-v2.sh and the libraries it sources are copied into a temporary tree with a stand-in
 ``scripts/vm/run.sh``: it prints what it would boot (virtual CPUs, timeout, niceness, parts
-and tests), then, while the file ``hold-<vCPUs>`` exists, writes its niceness to
-``nice-<vCPUs>`` (at most 60 s), and exits with ``rc-<vCPUs>`` (default 0).
+and tests) and adds ``boot <vCPUs>`` to the file ``runs``, then, while the file
+``hold-<vCPUs>`` exists, writes its niceness to ``nice-<vCPUs>`` (at most 60 s), adds ``end
+<vCPUs>`` to ``runs`` and exits with ``rc-<vCPUs>`` (default 0).
 """
 
 import os
@@ -25,12 +26,14 @@ while [ "$1" != -- ]; do
 done
 shift
 echo "guest smp=$smp timeout=$timeout nice=$(nice)" $2 $3
+echo "boot $smp" >>"$STAND_IN/runs"
 i=0
 while [ -e "$STAND_IN/hold-$smp" ] && [ $i -lt 600 ]; do
     nice >"$STAND_IN/nice-$smp"
     sleep 0.1
     i=$((i + 1))
 done
+echo "end $smp" >>"$STAND_IN/runs"
 exit "$(cat "$STAND_IN/rc-$smp" 2>/dev/null || echo 0)"
 """
 
@@ -137,3 +140,54 @@ def test_a_second_early_guest_of_the_release_is_refused(tree):
     early.wait(timeout=30)
     assert again.returncode == 1
     assert out == "check-v2: an early bookworm guest runs already\n"
+
+
+def runs(tree):
+    """The stand-in guests' boots and ends, in order."""
+    path = tree / "runs"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def waiting_for_a_lock(proc):
+    """Whether ``proc`` waits in flock (its child)."""
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm, rest = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1]
+        if comm == "flock" and int(rest.split()[1]) == proc.pid:
+            return True
+    return False
+
+
+def test_a_pair_boots_after_the_pair_before_it(tree):
+    """Two guests keep the two cores busy: a release whose pair boots now waits for the
+    pair before it (scripts/vm/check-releases.sh starts every release at once)."""
+    (tree / "hold-2").touch()
+    (tree / "hold-3").touch()
+    first = check_v2(tree)
+    wait_for(lambda: sorted(runs(tree)) == ["boot 2", "boot 3"])
+    second = check_v2(tree)
+    wait_for(lambda: waiting_for_a_lock(second))
+    assert sorted(runs(tree)) == ["boot 2", "boot 3"]  # not booted while the first pair runs
+    (tree / "hold-2").unlink()
+    (tree / "hold-3").unlink()
+    assert first.wait(timeout=30) == 0 and second.wait(timeout=30) == 0
+    order = runs(tree)
+    assert sorted(order[:4]) == ["boot 2", "boot 3", "end 2", "end 3"], order
+    assert sorted(order[4:]) == ["boot 2", "boot 3", "end 2", "end 3"], order
+
+
+def test_a_first_guest_joining_its_early_guest_boots_while_another_pair_runs(tree):
+    (tree / "hold-2").touch()
+    (tree / "hold-3").touch()
+    pair = check_v2(tree)
+    early = check_v2(tree, "--early", "4242")
+    wait_for(lambda: len(runs(tree)) == 3)
+    main = check_v2(tree, make_pid=4242)
+    wait_for(lambda: sorted(runs(tree)) == ["boot 2", "boot 2", "boot 3", "boot 3"])
+    (tree / "hold-2").unlink()
+    (tree / "hold-3").unlink()
+    for proc in (pair, early, main):
+        assert proc.wait(timeout=30) == 0
