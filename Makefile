@@ -208,10 +208,9 @@ check-site:
 # guest under qemu (scripts/vm/, doc/dev/testing.md). `make vm` builds or refreshes the image of
 # V2_RELEASE (bookworm, the default, or trixie: Debian 13, systemd 257, Linux 6.12; VM_DIR,
 # default /var/tmp/flux-sdexec/v2vm, v2vm-trixie for trixie; rebuilt when its inputs change);
-# check-v2 boots, for each release of V2_RELEASES (default bookworm; `make check-v2
-# V2_RELEASES="bookworm trixie"` adds Debian 13, with which make check only just fits its
-# hour on two cores: doc/dev/testing.md), two fresh copies of its image side by side
-# (scripts/vm/check-v2.sh) and runs t/v2/tier.sh there: flux-core's sdexec, sdmon and
+# check-v2 boots, for each release of V2_RELEASES (default both: `V2_RELEASES=bookworm`
+# narrows it), two fresh copies of its image side by side (scripts/vm/check-v2.sh; every
+# release's at once, scripts/vm/check-releases.sh) and runs t/v2/tier.sh there: flux-core's sdexec, sdmon and
 # containment suites and our t0011 and t0032 in one, our other layout-dependent and usage
 # tests and the production instance under flux.service in the other, which in make check
 # boots during the host tiers and takes t0011 and t0032 too (V2_TIMEOUT: seconds a guest may
@@ -222,7 +221,7 @@ check-site:
 # (scripts/vm/release-lib.sh).
 V2_TIMEOUT ?= 3000
 V2_RELEASE ?= bookworm
-V2_RELEASES ?= bookworm
+V2_RELEASES ?= bookworm trixie
 vm:
 	V2_RELEASE=$(V2_RELEASE) scripts/vm/build.sh
 
