@@ -8,7 +8,7 @@ from flux_sdexec.usage.record_commits import LEAST_TIMEOUT, RecordCommits
 
 def test_a_write_on_an_idle_instance_is_committed_at_once_with_the_whole_bound():
     """The bound exactly, whatever the clock reads: a clock just under 2**14 seconds (a
-    machine up four and a half hours) once gave a deadline 60 s and 2 ps away."""
+    machine up four and a half hours) once gave a timeout of 60 s and 3.6 ps."""
     commits = RecordCommits(60.0)
     assert commits.add("a", 16383.9) == (["a"], 60.0)
     assert commits.answered(16384.0) == ([], None)
@@ -29,7 +29,7 @@ def test_writes_that_come_while_a_commit_is_out_go_together_when_it_is_answered(
 
 
 def test_a_batch_whose_bound_is_spent_still_gets_a_moment():
-    """A commit with no time left would never be waited for: the least timeout is kept."""
+    """A batch whose bound is spent still gets the least timeout (none of 0 or less)."""
     commits = RecordCommits(60.0)
     commits.add("a", 0.0)
     commits.add("b", 1.0)
