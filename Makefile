@@ -210,8 +210,8 @@ check-site:
 # default /var/tmp/flux-sdexec/v2vm, v2vm-trixie for trixie; rebuilt when its inputs change);
 # check-v2 boots, for each release of V2_RELEASES (default both: `V2_RELEASES=bookworm`
 # narrows it), two fresh copies of its image side by side (scripts/vm/check-v2.sh; every
-# release's at once, scripts/vm/check-releases.sh) and runs t/v2/tier.sh there: flux-core's sdexec, sdmon and
-# containment suites and our t0011 and t0032 in one, our other layout-dependent and usage
+# release's at once, scripts/vm/check-releases.sh) and runs t/v2/tier.sh there: flux-core's
+# sdexec, sdmon and containment suites and our t0011 and t0032 in one, our other layout-dependent and usage
 # tests and the production instance under flux.service in the other, which in make check
 # boots during the host tiers and takes t0011 and t0032 too (V2_TIMEOUT: seconds a guest may
 # run). One SKIP line where this machine cannot run a guest; in CI (CI=true) that is a

@@ -7,7 +7,8 @@
 # starts their builds (scripts/vm/build.sh, one release after another) first, at nice 19, and
 # as each image is built, that release's second guest (scripts/vm/check-v2.sh --early, its
 # output in the image's folder), at nice 19 too; the v2 tier waits for the builds and prints
-# what they said, then for each release boots the first guest and waits for the second.
+# what they said, then boots every release's first guest at once and waits for the second
+# ones (scripts/vm/check-releases.sh).
 #
 #   prebuild.sh start PID RELEASE...  build each RELEASE's image and boot its second guest in
 #                                     the background, in a session of its own; stopped when
