@@ -211,10 +211,10 @@ check-site:
 # check-v2 boots, for each release of V2_RELEASES (default both: `V2_RELEASES=bookworm`
 # narrows it), two fresh copies of its image side by side (scripts/vm/check-v2.sh; every
 # release's at once, scripts/vm/check-releases.sh) and runs t/v2/tier.sh there: flux-core's
-# sdexec, sdmon and containment suites and our t0011 and t0032 in one, our other layout-dependent and usage
-# tests and the production instance under flux.service in the other, which in make check
-# boots during the host tiers and takes t0011 and t0032 too (V2_TIMEOUT: seconds a guest may
-# run). One SKIP line where this machine cannot run a guest; in CI (CI=true) that is a
+# sdexec, sdmon and containment suites and our t0011 and t0032 in one, our other
+# layout-dependent and usage tests and the production instance under flux.service in the
+# other, which in make check boots during the host tiers and takes t0011 and t0032 too
+# (V2_TIMEOUT: seconds a guest may run). One SKIP line where this machine cannot run a guest; in CI (CI=true) that is a
 # failure. Without flux-core's build tree (FLUX_CORE_BUILD, else the newest make flux-core
 # kept) make vm builds it first (make flux-core, from the tarball scripts/tarball.sh finds; it
 # installs nothing); for a release other than this machine's, in a build root of that release
