@@ -214,11 +214,11 @@ check-site:
 # sdexec, sdmon and containment suites and our t0011 and t0032 in one, our other
 # layout-dependent and usage tests and the production instance under flux.service in the
 # other, which in make check boots during the host tiers and takes t0011 and t0032 too
-# (V2_TIMEOUT: seconds a guest may run). One SKIP line where this machine cannot run a guest; in CI (CI=true) that is a
-# failure. Without flux-core's build tree (FLUX_CORE_BUILD, else the newest make flux-core
-# kept) make vm builds it first (make flux-core, from the tarball scripts/tarball.sh finds; it
-# installs nothing); for a release other than this machine's, in a build root of that release
-# (scripts/vm/release-lib.sh).
+# (V2_TIMEOUT: seconds a guest may run). One SKIP line where this machine cannot run a
+# guest; in CI (CI=true) that is a failure. Without flux-core's build tree (FLUX_CORE_BUILD,
+# else the newest make flux-core kept) make vm builds it first (make flux-core, from the
+# tarball scripts/tarball.sh finds; it installs nothing); for a release other than this
+# machine's, in a build root of that release (scripts/vm/release-lib.sh).
 V2_TIMEOUT ?= 3000
 V2_RELEASE ?= bookworm
 V2_RELEASES ?= bookworm trixie
